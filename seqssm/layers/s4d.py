@@ -1,0 +1,135 @@
+"""S4D: the diagonal structured state space layer (thesis 7.2, 7.3).
+
+Each of the H channels is its own SISO system with N/2 complex modes (the other N/2 are their
+conjugates, implicit): h_t = Ā h_{t-1} + B̄ x_t, y_t = 2 Re(C h_t) + D x_t. Training runs the
+convolution with the Vandermonde kernel by FFT; `scan` and `step` run the same recurrence.
+
+Parametrisation: A = -exp(log_A_real) + i A_imag, so Re A < 0 for any parameter values and the
+discrete system stays stable through training; Δ = exp(log_dt). A, B, C, Δ train at 0.1x lr
+without weight decay (thesis 12.2.4). SSM numerics run in at least float32 with autocast off.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.hippo import log_dt_init, s4d_init
+from seqssm.ops.fftconv import fft_conv
+from seqssm.ops.linear_scan import linear_scan
+from seqssm.ops.ssm_kernels import DISCRETIZATIONS, discretize_diag, s4d_kernel, vandermonde_matrix
+from seqssm.optim import tag_param
+
+
+def ssm_param(value: torch.Tensor) -> nn.Parameter:
+    """An SSM parameter (A, B, C, Δ), tagged for 0.1x learning rate and no weight decay."""
+    return tag_param(nn.Parameter(value.contiguous()))
+
+
+def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The real dtype SSM numerics run in: the promotion of `dtypes`, at least float32."""
+    out = torch.float32
+    for d in dtypes:
+        out = torch.promote_types(out, d.to_real() if d.is_complex else d)
+    return out
+
+
+def complex_dtype(dtype: torch.dtype) -> torch.dtype:
+    """complex128 for float64 (or complex128), else complex64."""
+    return torch.complex128 if dtype in (torch.float64, torch.complex128) else torch.complex64
+
+
+def no_autocast(x: torch.Tensor):
+    """Context that turns autocast off on x's device, so SSM parameters stay in full precision."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
+class S4D(SequenceLayer):
+    """Diagonal SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state/2) complex.
+
+    init: "legs" (S4D-LegS, default), "lin" or "inv"; discretization: "zoh" (default) or "bilinear".
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 64,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        init: str = "legs",
+        discretization: str = "zoh",
+    ):
+        super().__init__()
+        if discretization not in DISCRETIZATIONS:
+            raise ValueError(f"unknown discretization {discretization!r}; choose one of {DISCRETIZATIONS}")
+        if d_state % 2:
+            raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
+        self.d_model, self.d_state, self.discretization = d_model, d_state, discretization
+        A, B = s4d_init(d_state, d_model, init)
+        self.log_A_real = ssm_param(torch.log(-A.real))
+        self.A_imag = ssm_param(A.imag)
+        self.B = ssm_param(torch.view_as_real(B))
+        self.C = ssm_param(torch.view_as_real(torch.randn(d_model, d_state // 2, dtype=torch.complex64)))
+        self.log_dt = ssm_param(log_dt_init(d_model, dt_min, dt_max))
+        self.D = nn.Parameter(torch.ones(d_model))
+
+    def discrete(self, dtype: torch.dtype):
+        """-> log Ā, B̄, C, each (H, N/2) complex in `dtype`'s precision."""
+        A = torch.complex(-torch.exp(self.log_A_real.to(dtype)), self.A_imag.to(dtype))
+        B, C = torch.view_as_complex(self.B.to(dtype)), torch.view_as_complex(self.C.to(dtype))
+        log_dA, dB = discretize_diag(A, B, torch.exp(self.log_dt.to(dtype)), self.discretization)
+        return log_dA, dB, C
+
+    def kernel(self, L: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The convolution kernel K (H, L) of the current parameters."""
+        log_dA, dB, C = self.discrete(dtype)
+        return s4d_kernel(C, dB, log_dA, L)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
+        return y.to(x.dtype)
+
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
+        """x (B, L, H), state (B, H, N/2) complex or None, resets (B, L) -> (y (B, L, H), final state).
+
+        Without resets this is the FFT convolution plus the response to `state`, both
+        Vandermonde products; with resets it is the recurrence through `linear_scan`.
+        """
+        batch, L, _ = x.shape
+        resets = check_resets(resets, batch, L)
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            log_dA, dB, C = self.discrete(dtype)
+            u = x.to(dtype)
+            h0 = None if state is None else state.to(log_dA.dtype)
+            if resets is None:
+                y = fft_conv(u, s4d_kernel(C, dB, log_dA, L), self.D.to(dtype))
+                V = vandermonde_matrix(log_dA, L + 1)  # Ā^0 .. Ā^L
+                # h_L = Σ_j Ā^(L-1-j) B̄ x_j (+ Ā^L h_0); y_t gains 2 Re C Ā^(t+1) h_0.
+                h = dB * torch.einsum("blh,hnl->bhn", u.to(V.dtype), V[..., :L].flip(-1))
+                if h0 is not None:
+                    y = y + 2 * torch.einsum("bhn,hnl->blh", C * h0, V[..., 1:]).real
+                    h = h + V[..., L] * h0
+                return y.to(x.dtype), h
+            b = dB * u.unsqueeze(-1)
+            hs = linear_scan(torch.exp(log_dA), b, initial_state=h0, resets=resets)
+            y = 2 * torch.einsum("blhn,hn->blh", hs, C).real + self.D.to(dtype) * u
+        return y.to(x.dtype), hs[:, -1]
+
+    def step(self, x_t: torch.Tensor, state):
+        """x_t (B, H), state (B, H, N/2) complex -> (y_t (B, H), next state)."""
+        dtype = compute_dtype(x_t.dtype, self.D.dtype)
+        with no_autocast(x_t):
+            log_dA, dB, C = self.discrete(dtype)
+            u = x_t.to(dtype)
+            h = torch.exp(log_dA) * state.to(log_dA.dtype) + dB * u.unsqueeze(-1)
+            y = 2 * (h * C).sum(-1).real + self.D.to(dtype) * u
+        return y.to(x_t.dtype), h
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, H, N/2), complex in the precision of `dtype` (default: the parameters')."""
+        dtype = complex_dtype(compute_dtype(dtype or self.D.dtype))
+        return torch.zeros(batch_size, self.d_model, self.d_state // 2, device=device or self.D.device, dtype=dtype)

@@ -1,0 +1,141 @@
+"""Convolution kernels of linear time-invariant SSMs: K_j = C Ā^j B̄, j < L (thesis 6.5).
+
+Conventions shared by S4D and S4. A state of size N is stored as N/2 complex modes whose
+conjugate partners are implicit, so every system here is real: its output is 2 Re(C h) in the
+diagonal case, and in the DPLR case the low-rank term couples each mode with its partner
+(see `dplr_dense`). Channels H are independent (SISO).
+
+- `discretize_diag` / `discretize_dense`: ZOH and bilinear discretisation (thesis 6.3).
+- `vandermonde_matrix` + `s4d_kernel`: the diagonal kernel as a Vandermonde product (7.2).
+- `cauchy_bilinear` + `dplr_kernel`: the S4 kernel from its truncated generating function at
+  the roots of unity, via Woodbury and Cauchy sums, then an inverse FFT (7.4).
+- `dplr_dense` + `dense_kernel`: the same systems as dense matrices, the plain reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DISCRETIZATIONS = ("zoh", "bilinear")
+
+
+def _check_method(method: str) -> None:
+    if method not in DISCRETIZATIONS:
+        raise ValueError(f"unknown discretization {method!r}; choose one of {DISCRETIZATIONS}")
+
+
+def discretize_diag(A: torch.Tensor, B: torch.Tensor, dt: torch.Tensor, method: str = "zoh"):
+    """Diagonal A, B (..., N) complex, dt (...) -> (log Ā, B̄), each (..., N); Ā = exp(log Ā)."""
+    _check_method(method)
+    dtA = dt.unsqueeze(-1) * A
+    if method == "zoh":
+        # B̄ = (exp(ΔA) - 1) / A · B; expm1 keeps the small-ΔA regime accurate in fp32.
+        return dtA, torch.expm1(dtA) / A * B
+    log_dA = torch.log1p(dtA / 2) - torch.log1p(-dtA / 2)
+    return log_dA, dt.unsqueeze(-1) * B / (1 - dtA / 2)
+
+
+def discretize_dense(A: torch.Tensor, B: torch.Tensor, dt: torch.Tensor, method: str = "zoh"):
+    """Dense A (..., N, N), B (..., N), dt (...) -> (Ā (..., N, N), B̄ (..., N))."""
+    _check_method(method)
+    n = A.shape[-1]
+    dt = dt[..., None, None]
+    if method == "zoh":
+        # exp([[ΔA, ΔB], [0, 0]]) = [[Ā, B̄], [0, 1]]: no inverse of A needed.
+        M = torch.zeros(*A.shape[:-2], n + 1, n + 1, dtype=A.dtype, device=A.device)
+        M[..., :n, :n] = dt * A
+        M[..., :n, n] = dt[..., 0] * B
+        E = torch.linalg.matrix_exp(M)
+        return E[..., :n, :n], E[..., :n, n]
+    eye = torch.eye(n, dtype=A.dtype, device=A.device)
+    lhs = eye - dt / 2 * A
+    dA = torch.linalg.solve(lhs, eye + dt / 2 * A)
+    dB = torch.linalg.solve(lhs, (dt[..., 0] * B).unsqueeze(-1)).squeeze(-1)
+    return dA, dB
+
+
+def vandermonde_matrix(log_a: torch.Tensor, L: int) -> torch.Tensor:
+    """log_a (..., N) complex -> (..., N, L) with entries a_n^j = exp(j log a_n)."""
+    j = torch.arange(L, device=log_a.device, dtype=log_a.real.dtype)
+    return torch.exp(log_a.unsqueeze(-1) * j)
+
+
+def s4d_kernel(C: torch.Tensor, dB: torch.Tensor, log_dA: torch.Tensor, L: int) -> torch.Tensor:
+    """Diagonal SSM kernel: C, B̄, log Ā (H, N/2) complex -> K (H, L) real, K_j = 2 Re Σ_n C_n Ā_n^j B̄_n."""
+    V = vandermonde_matrix(log_dA, L)
+    return 2 * torch.einsum("hn,hnl->hl", C * dB, V).real
+
+
+def roots_of_unity(L: int, dtype: torch.dtype = torch.complex128, device=None) -> torch.Tensor:
+    """ω_k = exp(-2πi k / L) for k = 0 .. L // 2: the points where `irfft(·, n=L)` samples a spectrum."""
+    k = torch.arange(L // 2 + 1, device=device, dtype=torch.float64)
+    return torch.polar(torch.ones_like(k), -2 * math.pi * k / L).to(dtype)
+
+
+def cauchy_bilinear(v: torch.Tensor, w: torch.Tensor, dt: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    """Cauchy sums of the bilinear resolvent over conjugate pairs: v (..., H, N/2), w (H, N/2), dt (H), ω (F) -> (..., H, F).
+
+    Returns Σ_n v_n / d_n(ω) + conj(v_n) / d̄_n(ω), d_n(ω) = (1 - ω) - Δ/2 (1 + ω) w_n. This is
+    2/(1+ω) times the Cauchy product Σ v_n / (z - w_n) at z = (2/Δ)(1 - ω)/(1 + ω), written
+    without the pole of z at ω = -1 (the Nyquist bin of an even L).
+    """
+    one_minus = (1 - omega).view(1, -1)
+    half_dt_one_plus = (dt / 2).unsqueeze(-1) * (1 + omega)  # (H, F)
+    inv_d = 1 / (one_minus.unsqueeze(1) - half_dt_one_plus.unsqueeze(1) * w.unsqueeze(-1))  # (H, N/2, F)
+    inv_d_conj = 1 / (one_minus.unsqueeze(1) - half_dt_one_plus.unsqueeze(1) * w.conj().unsqueeze(-1))
+    return torch.einsum("...hn,hnf->...hf", v, inv_d) + torch.einsum("...hn,hnf->...hf", v.conj(), inv_d_conj)
+
+
+def dplr_kernel(
+    Lambda: torch.Tensor, P: torch.Tensor, B: torch.Tensor, C_tilde: torch.Tensor, dt: torch.Tensor, L: int
+) -> torch.Tensor:
+    """Bilinear S4 kernel of A = Λ - p p^* (see `dplr_dense`): Λ, P, B, C~ (H, N/2) complex, dt (H) -> K (H, L) real.
+
+    C~ = C (I - Ā^L) is the output vector of the truncated generating function
+    Σ_{j<L} C Ā^j B̄ ω^j = C~ (I - Ā ω)^{-1} B̄; at the L-th roots of unity the bilinear resolvent
+    equals Δ [(1-ω) I - Δ/2 (1+ω) A]^{-1}, inverted by Woodbury over the rank-1 term.
+    """
+    omega = roots_of_unity(L, dtype=Lambda.dtype, device=Lambda.device)
+    # Sums of C~ B, C~ p, p^* B, p^* p over all N modes (conjugate partners included).
+    v = torch.stack([C_tilde * B, C_tilde * P, P.conj() * B, P.conj() * P])
+    r_cb, r_cp, r_pb, r_pp = cauchy_bilinear(v, Lambda, dt, omega)
+    s = (dt / 2).unsqueeze(-1) * (1 + omega)
+    spectrum = dt.unsqueeze(-1) * (r_cb - s * r_cp * r_pb / (1 + s * r_pp))
+    return torch.fft.irfft(spectrum, n=L)
+
+
+def dplr_dense(Lambda: torch.Tensor, P: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    """Real N x N form of the DPLR system: Λ, P, B, C (..., N/2) complex -> A (..., N, N), B (..., N), C (..., N) real.
+
+    The complex system of N modes (Λ, conj Λ) with A = diag(Λ, conj Λ) - p p^*, p = (P, conj P),
+    B = (B, conj B), C = (C, conj C) maps its conjugate-symmetric states h = (h, conj h) to the
+    real state x = (Re h, Im h). There A = [[Re Λ, -Im Λ], [Im Λ, Re Λ]] - 2 q q^T with
+    q = (Re P, Im P), B = (Re B, Im B), C = 2 (Re C, -Im C). P = 0 gives the S4D system.
+    Since Re Λ < 0, A + A^T = 2 diag(Re Λ) - 4 q q^T is negative definite: the system is stable.
+    """
+    lr, li = Lambda.real, Lambda.imag
+    A = torch.cat(
+        [torch.cat([torch.diag_embed(lr), torch.diag_embed(-li)], -1), torch.cat([torch.diag_embed(li), torch.diag_embed(lr)], -1)],
+        -2,
+    )
+    q = torch.cat([P.real, P.imag], -1)
+    A = A - 2 * q.unsqueeze(-1) * q.unsqueeze(-2)
+    return A, torch.cat([B.real, B.imag], -1), 2 * torch.cat([C.real, -C.imag], -1)
+
+
+def real_to_half(c: torch.Tensor) -> torch.Tensor:
+    """Inverse of the C map of `dplr_dense`: a real output row c (..., N) -> C (..., N/2) complex with 2 Re(C h) = c x."""
+    n = c.shape[-1] // 2
+    return torch.complex(c[..., :n], -c[..., n:]) / 2
+
+
+def dense_kernel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, dt: torch.Tensor, L: int, method: str = "zoh"):
+    """Reference kernel by the plain power loop: A (H, N, N), B, C (H, N), dt (H) -> K (H, L), K_j = C Ā^j B̄."""
+    dA, dB = discretize_dense(A, B, dt, method)
+    out = []
+    for _ in range(L):
+        out.append((C * dB).sum(-1))
+        dB = (dA @ dB.unsqueeze(-1)).squeeze(-1)
+    return torch.stack(out, -1)
