@@ -1,0 +1,30 @@
+"""Datasets: LightningDataModules reading the published formats, plus offline generators.
+
+Every DataModule yields `{"inputs": (B, L) LongTensor ids or (B, L, d_input) float,
+"lengths": (B,), "labels": (B,)}` and sets `vocab_size`, `d_input`, `n_classes`,
+`pad_token_id` (and `mask_token_id` where one exists) in `__init__`.
+"""
+
+from .base import SeqDataModule
+from .collate import PadCollate
+from .errors import DataFormatError, DataNotFoundError
+from .lra import AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule
+from .smnist import SMNISTDataModule
+from .species import SPECIES_SPLITS, SpeciesDataModule
+from .tokenizers import ByteTokenizer, DNATokenizer, ListOpsTokenizer
+
+DATAMODULES = {
+    "listops": ListOpsDataModule,
+    "imdb": IMDBDataModule,
+    "aan": AANDataModule,
+    "cifar10": CIFAR10DataModule,
+    "pathfinder": PathfinderDataModule,
+    "smnist": SMNISTDataModule,
+    "species": SpeciesDataModule,
+}
+
+__all__ = [
+    "AANDataModule", "ByteTokenizer", "CIFAR10DataModule", "DATAMODULES", "DNATokenizer", "DataFormatError",
+    "DataNotFoundError", "IMDBDataModule", "ListOpsDataModule", "ListOpsTokenizer", "PadCollate",
+    "PathfinderDataModule", "SMNISTDataModule", "SPECIES_SPLITS", "SeqDataModule", "SpeciesDataModule",
+]

@@ -1,0 +1,153 @@
+"""Pathfinder generator: two dots, dashed curved contours and distractors on a dark canvas.
+
+Every image holds two main contours and a few shorter distractors. Positive (label 1): both
+dots sit on the two ends of the same contour; negative (0): one dot on an end of each main
+contour. Different contours keep a gap of more than a dash gap between them, so the label
+is decidable by following dashes (tests check it with a connected-component search).
+Images are written as 8-bit grayscale PNGs in the LRA release layout:
+`pathfinder{res}/<level>/imgs/<batch>/sample_<i>.png` and `metadata/<batch>.npy` (text rows
+`imgs/<batch> sample_<i>.png <i> <label>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..png import write_png
+
+
+@dataclass(frozen=True)
+class PathfinderStyle:
+    """Geometry in pixels for resolution `res` (everything scales with res / 32)."""
+
+    res: int = 32
+    dashes: int = 10          # dashes per main contour (the LRA levels vary this: 6 / 9 / 14)
+    distractors: int = 2      # short contours without dots
+    curvature: float = 0.15   # std of the heading change (radians) per half-pixel step
+
+    @property
+    def scale(self) -> float:
+        return self.res / 32
+
+    @property
+    def dash(self) -> float:
+        return 2.0 * self.scale
+
+    @property
+    def gap(self) -> int:
+        return max(1, round(self.scale))
+
+    @property
+    def margin(self) -> int:
+        """Minimum Chebyshev distance between pixels of different contours."""
+        return self.gap + 2
+
+    @property
+    def stroke(self) -> int:
+        return max(1, round(self.res / 64))
+
+    @property
+    def dot(self) -> int:
+        return max(1, round(self.scale))
+
+
+def _contour(rng: np.random.Generator, st: PathfinderStyle, dashes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dash pixel coords (n, 2) as (y, x), end pixels (2, 2)) of one random dashed curve."""
+    period = st.dash + st.gap
+    n_steps = int(np.ceil(dashes * period / 0.5))
+    heading = rng.uniform(0, 2 * np.pi) + np.cumsum(rng.normal(0, st.curvature, n_steps))
+    start = rng.uniform(0, st.res, size=2)
+    pos = start + np.cumsum(0.5 * np.stack([np.sin(heading), np.cos(heading)], 1), axis=0)
+    pos = np.concatenate([start[None], pos])
+    arc = 0.5 * np.arange(len(pos))
+    on = (arc % period) < st.dash
+    pix = np.rint(pos).astype(np.int64)
+    ends = pix[[0, -1]]
+    return pix[on], ends
+
+
+def _stamp(mask: np.ndarray, pts: np.ndarray, half: int) -> None:
+    """Set squares of side 2*half+1 (or `half`=0: single pixels) around pts (clipped)."""
+    h, w = mask.shape
+    for dy in range(-half, half + 1):
+        for dx in range(-half, half + 1):
+            y, x = pts[:, 0] + dy, pts[:, 1] + dx
+            ok = (y >= 0) & (y < h) & (x >= 0) & (x < w)
+            mask[y[ok], x[ok]] = True
+
+
+def _dilate(mask: np.ndarray, r: int) -> np.ndarray:
+    out = mask.copy()
+    _stamp(out, np.argwhere(mask), r)
+    return out
+
+
+def draw_sample(rng: np.random.Generator, st: PathfinderStyle, label: int, tries: int = 200) -> np.ndarray | None:
+    """(res, res) uint8 image with the given label, or None if the contours did not fit."""
+    res = st.res
+    taken = np.zeros((res, res), bool)   # pixels of contours placed so far (with their dots)
+    canvas = np.zeros((res, res), bool)
+    dots: list[np.ndarray] = []
+    main_ends = []
+    lo, hi = st.dot + st.stroke, res - 1 - st.dot - st.stroke
+    for k in range(2 + st.distractors):
+        is_main = k < 2
+        dashes = st.dashes if is_main else max(2, st.dashes // 3)
+        blocked = _dilate(taken, st.margin - 1) if taken.any() else taken
+        for _ in range(tries):
+            pix, ends = _contour(rng, st, dashes)
+            shape = np.zeros((res, res), bool)
+            inside = (pix >= lo).all() and (pix <= hi).all() and (ends >= lo).all() and (ends <= hi).all()
+            if not inside:
+                continue
+            _stamp(shape, pix, st.stroke // 2)
+            if is_main:  # reserve room for dots at both ends
+                _stamp(shape, ends, st.dot)
+            if not (shape & blocked).any():
+                break
+        else:
+            if is_main:
+                return None
+            continue  # a distractor that does not fit is left out
+        taken |= shape
+        _stamp(canvas, pix, st.stroke // 2)
+        if is_main:
+            main_ends.append(ends)
+    a, b = main_ends
+    dots = [a[0], a[1]] if label == 1 else [a[rng.integers(2)], b[rng.integers(2)]]
+    _stamp(canvas, np.array(dots), st.dot)
+    return canvas.astype(np.uint8) * 255
+
+
+def generate_pathfinder(n: int, seed: int, style: PathfinderStyle) -> tuple[np.ndarray, np.ndarray]:
+    """(images (n, res, res) uint8, labels (n,)) balanced at random, deterministic in `seed`."""
+    rng = np.random.default_rng(seed)
+    images = np.zeros((n, style.res, style.res), np.uint8)
+    labels = rng.integers(0, 2, size=n)
+    for i in tqdm(range(n), desc=f"pathfinder{style.res}", leave=False):
+        img = None
+        while img is None:
+            img = draw_sample(rng, style, int(labels[i]))
+        images[i] = img
+    return images, labels
+
+
+def write_pathfinder(out_dir: str | Path, n: int, seed: int = 0, res: int = 32,
+                     level: str = "curv_contour_length_14", per_batch: int = 1000, **style) -> Path:
+    """Write `n` images in LRA's layout under `out_dir/pathfinder{res}/{level}`; returns that folder."""
+    st = PathfinderStyle(res=res, **style)
+    root = Path(out_dir) / f"pathfinder{res}" / level
+    (root / "metadata").mkdir(parents=True, exist_ok=True)
+    images, labels = generate_pathfinder(n, seed, st)
+    for b, start in enumerate(range(0, n, per_batch)):
+        (root / "imgs" / str(b)).mkdir(parents=True, exist_ok=True)
+        rows = []
+        for i in range(start, min(n, start + per_batch)):
+            write_png(root / "imgs" / str(b) / f"sample_{i}.png", images[i])
+            rows.append(f"imgs/{b} sample_{i}.png {i} {int(labels[i])}\n")
+        (root / "metadata" / f"{b}.npy").write_text("".join(rows))
+    return root

@@ -1,0 +1,285 @@
+"""HyenaDNA's species classification data: random windows of per-chromosome FASTA genomes.
+
+Layout: `data_dir/{species}/chr{C}.fna` (or `.fa`; a `.gz` is unzipped beside it once).
+Each item: pick a species uniformly, one of its split's chromosomes uniformly, a start
+uniformly, and read a window of `max_length` bases. Two window rules:
+
+- `sampling="hyenadna"` (default, comparable with HyenaDNA): start in [0, len - L], slice
+  `[start, min(start + L, len - L))`, left-padded with N to L (HyenaDNA's code, including
+  its truncation near the chromosome end).
+- `sampling="thesis"`: start in [0, len), slice `[start, start + L)`; a window running past
+  the end is right-padded with N (`end_token="N"`), or cut short and padded with [PAD]
+  through the batch `lengths` (`end_token="pad"`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from torch.utils.data import Dataset, Sampler
+
+from .base import SeqDataModule
+from .collate import PadCollate
+from .errors import missing
+from .tokenizers import DNATokenizer
+
+_STD_VALID, _STD_TEST = ["1", "3", "12", "13"], ["5", "7", "9", "10", "11"]
+
+
+def _split(train: Sequence[str]) -> dict[str, list[str]]:
+    return {"train": list(train), "valid": list(_STD_VALID), "test": list(_STD_TEST)}
+
+
+def _nums(a: int, b: int) -> list[str]:
+    return [str(i) for i in range(a, b + 1)]
+
+
+# HyenaDNA's chromosome splits (src/dataloaders/datasets/species_dataset.py), exactly.
+SPECIES_SPLITS: dict[str, dict[str, list[str]]] = {
+    "human": _split(["2", "4", "6", "8", *_nums(14, 22), "X", "Y"]),
+    "lemur": _split(["2", "4", "6", "8", *_nums(14, 27), "X", "Y"]),
+    "goat": _split(["2", "4", "6", "8", *_nums(14, 29), "X", "Y"]),
+    "sheep": _split(["2", "4", "6", "8", *_nums(14, 26), "X", "Y"]),
+    "pig": _split(["2", "4", "6", "8", *_nums(14, 18), "X", "Y"]),
+    "mouse": _split(["2", "4", "6", "8", *_nums(14, 19), "X"]),
+    "gorilla": _split(["2A", "2B", "4", "6", "8", *_nums(14, 22), "X", "Y"]),
+    "orangutan": _split(["2A", "2B", "4", "6", "8", *_nums(14, 22), "X", "Y"]),
+    "chimpanzee": _split(["2A", "2B", "4", "6", "8", *_nums(14, 22), "X", "Y"]),
+    "hippo": _split(["2", "4", "6", "8", *_nums(14, 17), "X"]),
+}
+DEFAULT_SPECIES = ("human", "lemur", "mouse", "pig", "hippo")
+TASKS = ("classification", "ntp", "mlm")
+SAMPLINGS = ("hyenadna", "thesis")
+SUBSETS = ("all", "pretrain", "finetune")
+_SPLIT_NAMES = {"train": "train", "val": "valid", "test": "test"}
+
+
+def find_chromosome(species_dir: Path, chrom: str) -> Path | None:
+    """Path of `chr{chrom}.fna|.fa`, unzipping a `.gz` beside it if that is all there is."""
+    for ext in (".fna", ".fa"):
+        if (species_dir / f"chr{chrom}{ext}").exists():
+            return species_dir / f"chr{chrom}{ext}"
+    for ext in (".fna", ".fa"):
+        gz = species_dir / f"chr{chrom}{ext}.gz"
+        if gz.exists():
+            out = species_dir / f"chr{chrom}{ext}"
+            tmp = out.with_suffix(out.suffix + f".tmp{os.getpid()}")
+            with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp, out)
+            return out
+    return None
+
+
+class Chromosome:
+    """First FASTA record of one file, opened lazily with pyfaidx once per process."""
+
+    def __init__(self, path: Path, species: str, name: str):
+        self.path, self.species, self.name = Path(path), species, name
+        self._fasta, self._pid, self._key = None, None, None
+        self.length = len(self._record())
+
+    def _record(self):
+        # Reopen after a fork: worker processes must not share one file offset.
+        if self._fasta is None or self._pid != os.getpid():
+            try:
+                from pyfaidx import Fasta
+            except ImportError:
+                raise ImportError("reading FASTA genomes needs pyfaidx: pip install 'seqssm[dna]'") from None
+            self._fasta = Fasta(str(self.path), as_raw=True, sequence_always_upper=True)
+            self._key = next(iter(self._fasta.keys()))
+            self._pid = os.getpid()
+        return self._fasta[self._key]
+
+    def read(self, start: int, end: int) -> str:
+        """Bases [start, end) as an upper-case string."""
+        return self._record()[start:end] if end > start else ""
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fasta"] = None
+        return state
+
+
+class Region:
+    """The first `length` bases of a chromosome (all of it unless limited)."""
+
+    def __init__(self, chrom: Chromosome, length: int | None = None):
+        self.chrom = chrom
+        self.length = chrom.length if length is None else min(length, chrom.length)
+
+
+def window_bounds(rng: np.random.Generator, n: int, L: int, sampling: str) -> tuple[int, int]:
+    """(start, end) of the bases to read from a region of `n` bases for a window of `L`."""
+    if sampling == "hyenadna":
+        right = n - L
+        if right <= 0:  # region shorter than the window: take it all (HyenaDNA would fail here)
+            return 0, n
+        start = int(rng.integers(0, right + 1))
+        return start, min(start + L, right)
+    start = int(rng.integers(0, n))
+    return start, min(start + L, n)
+
+
+class SpeciesDataset(Dataset):
+    """Random windows: item `key` -> (ids (L,) or (n<=L,) uint8, species index or None).
+
+    Items are a pure function of (seed, split, key), so validation is the same every epoch,
+    and training sees new windows each epoch through `EpochKeySampler`.
+    """
+
+    def __init__(self, regions: list[list[Region]], max_length: int, size: int, seed: int, split: str,
+                 sampling: str = "hyenadna", end_token: str = "N", reverse: bool = False, labelled: bool = True):
+        self.regions, self.L, self.size, self.seed = regions, max_length, size, seed
+        self.split_id = list(_SPLIT_NAMES).index(split)
+        self.sampling, self.end_token, self.reverse, self.labelled = sampling, end_token, reverse, labelled
+        self.tokenizer = DNATokenizer()
+        self.replaced: Counter = Counter()  # non-ACGTN characters turned into N, per (species, chr)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def sample(self, key: int) -> tuple[int, Region, int, int]:
+        """(species index, region, start, end) drawn for `key`."""
+        rng = np.random.default_rng([self.seed, self.split_id, key])
+        s = int(rng.integers(len(self.regions)))
+        region = self.regions[s][int(rng.integers(len(self.regions[s])))]
+        start, end = window_bounds(rng, region.length, self.L, self.sampling)
+        return s, region, start, end
+
+    def __getitem__(self, key: int):
+        s, region, start, end = self.sample(int(key))
+        ids, n_bad = self.tokenizer.encode(region.chrom.read(start, end))
+        if n_bad:
+            where = (region.chrom.species, region.chrom.name)
+            if not self.replaced[where]:
+                warnings.warn(f"{region.chrom.path}: {n_bad} non-ACGTN character(s) in window [{start}, {end}) "
+                              "replaced by N; later replacements are counted in SpeciesDataset.replaced", stacklevel=2)
+            self.replaced[where] += n_bad
+        short = self.L - len(ids)
+        if short > 0 and not (self.sampling == "thesis" and self.end_token == "pad"):
+            pad = np.full(short, self.tokenizer.n_token_id, dtype=np.uint8)
+            # HyenaDNA left-pads (rjust); the thesis rule pads past the end, on the right
+            ids = np.concatenate([pad, ids] if self.sampling == "hyenadna" else [ids, pad])
+        if self.reverse:
+            ids = ids[::-1].copy()
+        return ids, (s if self.labelled else None)
+
+
+class EpochKeySampler(Sampler):
+    """Keys epoch*n .. epoch*n + n-1, so each training epoch draws fresh windows (Lightning calls set_epoch)."""
+
+    def __init__(self, n: int):
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        return iter(range(self.epoch * self.n, (self.epoch + 1) * self.n))
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class SpeciesDataModule(SeqDataModule):
+    """Species windows: inputs (B, max_length) ids over HyenaDNA's vocab of 12 ([PAD]=4, [MASK]=3).
+
+    `task="classification"` adds labels (species index, `n_classes = len(species)`); "ntp" and
+    "mlm" yield inputs only. `train_subset` picks the training chromosomes: "all" (HyenaDNA),
+    or the thesis's limited-finetune split (16.5-16.6): "finetune" = the first `finetune_bases`
+    of one training chromosome per species (`finetune_chromosomes`, default the first in the
+    split, "2"), "pretrain" = every other training chromosome. Validation and test always
+    use the validation/test chromosomes. `generate=True` writes synthetic genomes
+    (`generate_length` bases per chromosome) into `data_dir` for species that are absent.
+    """
+
+    name = "species"
+
+    def __init__(self, data_dir=None, batch_size: int = 32, num_workers: int = 0, max_length: int = 1024,
+                 seed: int = 42, cache_dir=None, species: Sequence[str] = DEFAULT_SPECIES,
+                 task: str = "classification", sampling: str = "hyenadna", end_token: str = "N",
+                 reverse: bool = False, train_subset: str = "all", finetune_bases: int = 1_000_000,
+                 finetune_chromosomes: dict[str, str] | None = None, train_size: int = 100_000,
+                 val_size: int = 2048, test_size: int = 2048, generate: bool = False,
+                 generate_length: int = 200_000):
+        super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
+        for value, allowed, what in ((task, TASKS, "task"), (sampling, SAMPLINGS, "sampling"),
+                                     (train_subset, SUBSETS, "train_subset"), (end_token, ("N", "pad"), "end_token")):
+            if value not in allowed:
+                raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
+        unknown = [s for s in species if s not in SPECIES_SPLITS]
+        if unknown:
+            raise ValueError(f"unknown species {unknown}; known: {sorted(SPECIES_SPLITS)}")
+        self.species = list(species)
+        self.task, self.sampling, self.end_token, self.reverse = task, sampling, end_token, reverse
+        self.train_subset, self.finetune_bases = train_subset, finetune_bases
+        self.finetune_chromosomes = {s: SPECIES_SPLITS[s]["train"][0] for s in self.species}
+        self.finetune_chromosomes.update(finetune_chromosomes or {})
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.generate, self.generate_length = generate, generate_length
+        self.tokenizer = DNATokenizer()
+        self.vocab_size = self.tokenizer.vocab_size
+        self.pad_token_id = self.tokenizer.pad_token_id
+        self.mask_token_id = self.tokenizer.mask_token_id
+        self.cls_token_id = self.tokenizer.cls_token_id
+        self.n_classes = len(self.species) if task == "classification" else None
+
+    def prepare_data(self) -> None:
+        if self.generate:
+            absent = [s for s in self.species if not (self.data_dir / s).is_dir()]
+            if absent:
+                from .generators.genome import write_genomes
+
+                write_genomes(self.data_dir, absent, chrom_length=self.generate_length, seed=self.seed)
+
+    def chromosomes(self, split: str) -> dict[str, list[str]]:
+        """{species: chromosome names} used by `split` ("train", "val", "test") under `train_subset`."""
+        out = {}
+        for s in self.species:
+            names = SPECIES_SPLITS[s][_SPLIT_NAMES[split]]
+            if split == "train" and self.train_subset == "finetune":
+                names = [self.finetune_chromosomes[s]]
+            elif split == "train" and self.train_subset == "pretrain":
+                names = [c for c in names if c != self.finetune_chromosomes[s]]
+            out[s] = names
+        return out
+
+    def _regions(self, split: str) -> list[list[Region]]:
+        regions = []
+        for s, names in self.chromosomes(split).items():
+            row = []
+            for c in names:
+                path = find_chromosome(self.data_dir / s, c)
+                if path is None:
+                    layout = (f"<data_dir>/{s}/chr{{C}}.fna (or .fa, .fna.gz) for C in train "
+                              f"{SPECIES_SPLITS[s]['train']}, valid {_STD_VALID}, test {_STD_TEST}")
+                    raise missing(self.data_dir / s / f"chr{c}.fna", layout,
+                                  f"python scripts/prepare_data.py species --out {self.data_dir}  "
+                                  "(synthetic), or download the species' chromosome FASTA files from NCBI")
+                limit = self.finetune_bases if split == "train" and self.train_subset == "finetune" else None
+                row.append(Region(Chromosome(path, s, c), limit))
+                if limit is not None and row[-1].length < limit:
+                    warnings.warn(f"{path}: {row[-1].length} bases, fewer than finetune_bases={limit}", stacklevel=2)
+            regions.append(row)
+        return regions
+
+    def build_splits(self):
+        self.prepare_data()
+        return {split: SpeciesDataset(self._regions(split), self.max_length, self.sizes[split], self.seed, split,
+                                      self.sampling, self.end_token, self.reverse, self.task == "classification")
+                for split in ("train", "val", "test")}
+
+    def collate(self):
+        return PadCollate(pad_value=self.pad_token_id)
+
+    def train_dataloader(self):
+        self.setup()
+        return self._loader("train", shuffle=False, sampler=EpochKeySampler(self.sizes["train"]))
