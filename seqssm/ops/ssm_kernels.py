@@ -6,7 +6,7 @@ diagonal case, and in the DPLR case the low-rank term couples each mode with its
 (see `dplr_dense`). Channels H are independent (SISO).
 
 - `discretize_diag` / `discretize_dense`: ZOH and bilinear discretisation (thesis 6.3).
-- `vandermonde_matrix` + `s4d_kernel`: the diagonal kernel as a Vandermonde product (7.2).
+- `vandermonde_product` + `s4d_kernel`: the diagonal kernel as a Vandermonde product (7.2).
 - `cauchy_bilinear` + `dplr_kernel`: the S4 kernel from its truncated generating function at
   the roots of unity, via Woodbury and Cauchy sums, then an inverse FFT (7.4).
 - `dplr_dense` + `dense_kernel`: the same systems as dense matrices, the plain reference.
@@ -62,10 +62,33 @@ def vandermonde_matrix(log_a: torch.Tensor, L: int) -> torch.Tensor:
     return torch.exp(log_a.unsqueeze(-1) * j)
 
 
+def _split(L: int) -> tuple[int, int]:
+    # j = j_lo + c j_hi with j_lo < c, j_hi < m, c ~ sqrt(L): a^j = a^j_lo a^(c j_hi) turns the
+    # (N, L) Vandermonde product into two small exponentials and one batched matmul.
+    c = math.isqrt(max(L, 1) - 1) + 1
+    return c, -(-L // c)
+
+
+def vandermonde_product(v: torch.Tensor, log_a: torch.Tensor, L: int) -> torch.Tensor:
+    """v (..., N), log_a (..., N) complex, broadcastable -> (..., L): Σ_n v_n a_n^j for j < L."""
+    c, m = _split(L)
+    lo, hi = vandermonde_matrix(log_a, c), vandermonde_matrix(log_a * c, m)
+    out = (v.unsqueeze(-1) * lo).transpose(-1, -2) @ hi  # (..., c, m)
+    return out.transpose(-1, -2).reshape(*out.shape[:-2], c * m)[..., :L]
+
+
+def vandermonde_transpose_product(u: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
+    """u (..., L), log_a (..., N) complex, broadcastable -> (..., N): Σ_j u_j a_n^j."""
+    L = u.shape[-1]
+    c, m = _split(L)
+    lo, hi = vandermonde_matrix(log_a, c), vandermonde_matrix(log_a * c, m)
+    u = torch.nn.functional.pad(u, (0, c * m - L)).reshape(*u.shape[:-1], m, c)
+    return ((u @ lo.transpose(-1, -2)) * hi.transpose(-1, -2)).sum(-2)
+
+
 def s4d_kernel(C: torch.Tensor, dB: torch.Tensor, log_dA: torch.Tensor, L: int) -> torch.Tensor:
     """Diagonal SSM kernel: C, B̄, log Ā (H, N/2) complex -> K (H, L) real, K_j = 2 Re Σ_n C_n Ā_n^j B̄_n."""
-    V = vandermonde_matrix(log_dA, L)
-    return 2 * torch.einsum("hn,hnl->hl", C * dB, V).real
+    return 2 * vandermonde_product(C * dB, log_dA, L).real
 
 
 def roots_of_unity(L: int, dtype: torch.dtype = torch.complex128, device=None) -> torch.Tensor:
@@ -78,7 +101,7 @@ def cauchy_bilinear(v: torch.Tensor, w: torch.Tensor, dt: torch.Tensor, omega: t
     """Cauchy sums of the bilinear resolvent over conjugate pairs: v (..., H, N/2), w (H, N/2), dt (H), ω (F) -> (..., H, F).
 
     Returns Σ_n v_n / d_n(ω) + conj(v_n) / d̄_n(ω), d_n(ω) = (1 - ω) - Δ/2 (1 + ω) w_n. This is
-    2/(1+ω) times the Cauchy product Σ v_n / (z - w_n) at z = (2/Δ)(1 - ω)/(1 + ω), written
+    2/(Δ(1+ω)) times the Cauchy product Σ v_n / (z - w_n) at z = (2/Δ)(1 - ω)/(1 + ω), written
     without the pole of z at ω = -1 (the Nyquist bin of an even L).
     """
     one_minus = (1 - omega).view(1, -1)

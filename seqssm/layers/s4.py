@@ -1,0 +1,104 @@
+"""S4: the diagonal-plus-low-rank structured state space layer (thesis 7.4, 9.2).
+
+Each channel is a SISO system of state size N whose transition is A = Λ - p p^* over the N/2
+modes Λ and their implicit conjugates (`seqssm.ops.ssm_kernels.dplr_dense`), initialised to
+exactly HiPPO-LegS. Discretisation is bilinear: it is the one under which the generating
+function reduces to a Cauchy sum of the continuous resolvent.
+
+The parameter C is the output vector of the system itself. The kernel of length L needs the
+truncated generating function, so `kernel` computes C~ = C (I - Ā^L) on the fly from the dense
+Ā (repeated squaring, O(N^3 log L) per channel); the recurrent form (`scan`, `step`) uses the
+dense real N x N matrices (Ā, B̄, C) of the same system, rebuilt from the current parameters on
+every call. Both are therefore the same linear system at every L and after every update.
+
+Re Λ = -exp(log_A_real) < 0 and the low-rank term is -p p^*, so A + A^T is negative definite:
+the system stays stable however training moves the parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.hippo import log_dt_init, s4_init
+from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
+from seqssm.ops.fftconv import fft_conv
+from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
+
+
+class S4(SequenceLayer):
+    """DPLR SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state) real."""
+
+    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
+        super().__init__()
+        if d_state % 2:
+            raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
+        self.d_model, self.d_state = d_model, d_state
+        Lambda, P, B = s4_init(d_state, d_model)
+        self.log_A_real = ssm_param(torch.log(-Lambda.real))
+        self.A_imag = ssm_param(Lambda.imag)
+        self.P = ssm_param(torch.view_as_real(P))
+        self.B = ssm_param(torch.view_as_real(B))
+        self.C = ssm_param(torch.view_as_real(torch.randn(d_model, d_state // 2, dtype=torch.complex64)))
+        self.log_dt = ssm_param(log_dt_init(d_model, dt_min, dt_max))
+        self.D = nn.Parameter(torch.ones(d_model))
+
+    def dplr(self, dtype: torch.dtype):
+        """-> Λ, P, B, C (H, N/2) complex and Δ (H,) in `dtype`'s precision."""
+        Lambda = torch.complex(-torch.exp(self.log_A_real.to(dtype)), self.A_imag.to(dtype))
+        P, B, C = (torch.view_as_complex(p.to(dtype)) for p in (self.P, self.B, self.C))
+        return Lambda, P, B, C, torch.exp(self.log_dt.to(dtype))
+
+    def dense(self, dtype: torch.dtype):
+        """The discrete system as real matrices: -> Ā (H, N, N), B̄ (H, N), C (H, N)."""
+        Lambda, P, B, C, dt = self.dplr(dtype)
+        A_r, B_r, C_r = dplr_dense(Lambda, P, B, C)
+        dA, dB = discretize_dense(A_r, B_r, dt, "bilinear")
+        return dA, dB, C_r
+
+    def kernel(self, L: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The convolution kernel K (H, L) of the current parameters."""
+        Lambda, P, B, _, dt = self.dplr(dtype)
+        dA, _, C_r = self.dense(dtype)
+        C_tilde = C_r - (C_r.unsqueeze(-2) @ torch.linalg.matrix_power(dA, L)).squeeze(-2)
+        return dplr_kernel(Lambda, P, B, real_to_half(C_tilde), dt, L)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
+        return y.to(x.dtype)
+
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
+        """x (B, L, H), state (B, H, N) or None, resets (B, L) -> (y (B, L, H), final state): the dense recurrence."""
+        batch, L, _ = x.shape
+        resets = check_resets(resets, batch, L)
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            dA, dB, C = self.dense(dtype)
+            u = x.to(dtype)
+            h = self.initial_state(batch, x.device, dtype) if state is None else state.to(dtype)
+            ys = []
+            for t in range(L):
+                if resets is not None:
+                    h = h * (~resets[:, t]).to(dtype)[:, None, None]
+                h = torch.einsum("hmn,bhn->bhm", dA, h) + dB * u[:, t, :, None]
+                ys.append((h * C).sum(-1))
+            y = torch.stack(ys, 1) + self.D.to(dtype) * u
+        return y.to(x.dtype), h
+
+    def step(self, x_t: torch.Tensor, state):
+        """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
+        dtype = compute_dtype(x_t.dtype, self.D.dtype)
+        with no_autocast(x_t):
+            dA, dB, C = self.dense(dtype)
+            u = x_t.to(dtype)
+            h = torch.einsum("hmn,bhn->bhm", dA, state.to(dtype)) + dB * u.unsqueeze(-1)
+            y = (h * C).sum(-1) + self.D.to(dtype) * u
+        return y.to(x_t.dtype), h
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, H, N), real in `dtype` (default: the parameters', at least float32)."""
+        dtype = compute_dtype(dtype or self.D.dtype)
+        return torch.zeros(batch_size, self.d_model, self.d_state, device=device or self.D.device, dtype=dtype)
