@@ -1,0 +1,6 @@
+"""Sequence primitives (nn.Module), one file each, all speaking the layer contract of `base`."""
+
+from seqssm.layers.base import SequenceLayer
+from seqssm.layers.s6 import S6
+
+__all__ = ["SequenceLayer", "S6"]

@@ -1,0 +1,147 @@
+"""First-order linear recurrence h_t = a_t * h_{t-1} + b_t, the primitive under S4D's recurrent
+form, S5, minGRU and the Kalman layer.
+
+Two implementations with one signature:
+- `linear_scan_reference`: the sequential definition, one step per time index.
+- `linear_scan_torch`: a chunked scan. The sequence is cut into K chunks that are scanned
+  side by side (T steps on (B, K, F) slices instead of L steps on (B, F) slices), then the chunk
+  carries are propagated and folded in with the chunk-local cumulative products of `a`.
+  Its backward is the same scan run in reverse on conj(a), so autograd stores only the inputs
+  and the output, never per-step graph nodes.
+Resets (B, L) are applied by zeroing a_t, which is exactly "zero the state before step t".
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqssm.ops.backend import resolve_backend
+
+# Elements per time slice above which scanning chunks side by side stops paying off: past this
+# size one step is bandwidth-bound already, so the plain sequential loop is the fastest.
+_SLICE_TARGET = 1 << 16
+
+
+def _prepare(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
+    if b.ndim < 2:
+        raise ValueError(f"linear_scan expects b of shape (batch, L, ...), got {tuple(b.shape)}")
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    try:
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+    except RuntimeError as err:
+        raise ValueError(f"a {tuple(a.shape)} does not broadcast against b {tuple(b.shape)}") from err
+    a = a.to(dtype).expand(shape)
+    b = b.to(dtype).expand(shape)
+    batch, length = shape[:2]
+    if resets is not None:
+        if resets.shape != (batch, length):
+            raise ValueError(f"resets must have shape (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
+        keep = ~resets.to(device=a.device, dtype=torch.bool)
+        a = a * keep.view(batch, length, *([1] * (a.ndim - 2))).to(dtype)
+    if initial_state is not None:
+        if initial_state.shape != (batch, *shape[2:]):
+            raise ValueError(
+                f"initial_state must have shape (batch, ...) = {(batch, *shape[2:])}, got {tuple(initial_state.shape)}"
+            )
+        initial_state = initial_state.to(dtype)
+    return a, b, initial_state
+
+
+def linear_scan_reference(a, b, initial_state=None, resets=None):
+    """h_t = a_t * h_{t-1} + b_t over dim 1, as a plain loop; a, b (B, L, ...), returns h (B, L, ...)."""
+    a, b, h = _prepare(a, b, initial_state, resets)
+    if h is None:
+        h = torch.zeros_like(b[:, 0])
+    states = []
+    for t in range(b.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        states.append(h)
+    return torch.stack(states, dim=1)
+
+
+def _scan_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, reverse: bool = False) -> torch.Tensor:
+    """The chunked scan, no autograd: a, b (B, L, F) with equal shapes, h0 (B, F) or None.
+
+    reverse=True runs h_t = a_t * h_{t+1} + b_t from the end (h0 then follows the last step).
+    """
+    batch, length, feat = b.shape
+    chunks = max(1, min(length // 4, _SLICE_TARGET // max(1, batch * feat)))
+    if chunks <= 1:
+        out = torch.empty_like(b)
+        order = range(length - 1, -1, -1) if reverse else range(length)
+        prev = h0
+        for t in order:
+            if prev is None:
+                out[:, t] = b[:, t]
+            else:
+                torch.addcmul(b[:, t], a[:, t], prev, out=out[:, t])
+            prev = out[:, t]
+        return out
+    if reverse:
+        return _scan_forward(a.flip(1), b.flip(1), h0).flip(1)
+    steps = math.ceil(length / chunks)
+    pad = chunks * steps - length
+    if pad:
+        # Padding with a = 1, b = 0 at the end leaves every real state unchanged.
+        a = torch.cat([a, a.new_ones(batch, pad, feat)], dim=1)
+        b = torch.cat([b, b.new_zeros(batch, pad, feat)], dim=1)
+    a = a.reshape(batch, chunks, steps, feat)
+    b = b.reshape(batch, chunks, steps, feat)
+    out = torch.empty_like(b)
+    out[:, :, 0] = b[:, :, 0]
+    for t in range(1, steps):
+        torch.addcmul(b[:, :, t], a[:, :, t], out[:, :, t - 1], out=out[:, :, t])
+    decay = torch.cumprod(a, dim=2)  # exact even where a reset put a zero
+    carry = torch.empty_like(out[:, :, 0])
+    prev = h0 if h0 is not None else torch.zeros_like(carry[:, 0])
+    for k in range(chunks):
+        carry[:, k] = prev
+        prev = torch.addcmul(out[:, k, -1], decay[:, k, -1], prev)
+    out.addcmul_(decay, carry.unsqueeze(2))
+    return out.reshape(batch, chunks * steps, feat)[:, :length]
+
+
+class _LinearScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, h0):
+        h = _scan_forward(a, b, h0)
+        ctx.save_for_backward(a, h, h0)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        a, h, h0 = ctx.saved_tensors
+        # Adjoint recurrence g_t = grad_h_t + conj(a_{t+1}) g_{t+1}, run as a forward scan on
+        # time-reversed tensors. For complex tensors PyTorch's gradients are conjugate Wirtinger.
+        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1).conj()
+        g = _scan_forward(a_next, grad_h, None, reverse=True)
+        h_prev = torch.cat([(h0 if h0 is not None else torch.zeros_like(h[:, 0])).unsqueeze(1), h[:, :-1]], dim=1)
+        grad_a = g * h_prev.conj() if ctx.needs_input_grad[0] else None
+        grad_h0 = g[:, 0] * a[:, 0].conj() if h0 is not None and ctx.needs_input_grad[2] else None
+        return grad_a, g, grad_h0
+
+
+def linear_scan_torch(a, b, initial_state=None, resets=None):
+    """Chunked parallel scan with a recomputation-free adjoint; same contract as the reference."""
+    a, b, h0 = _prepare(a, b, initial_state, resets)
+    shape = b.shape
+    flat = (shape[0], shape[1], -1)
+    a = a.reshape(flat)  # copies only where `a` was broadcast
+    b = b.reshape(flat)
+    h0 = h0.reshape(shape[0], -1) if h0 is not None else None
+    return _LinearScan.apply(a, b, h0).reshape(shape)
+
+
+def linear_scan(a, b, initial_state=None, resets=None, backend: str = "auto"):
+    """h_t = a_t * h_{t-1} + b_t over dim 1.
+
+    a, b: (batch, L, ...) real or complex, `a` broadcastable to `b`; initial_state (batch, ...)
+    or None (zeros); resets (batch, L) bool, True at t zeroes the state before step t.
+    Returns every state h (batch, L, ...). backend: "auto" | "torch" | "reference".
+    """
+    name = resolve_backend("linear_scan", backend, b.device, cuda_ok=False)
+    if name == "reference":
+        return linear_scan_reference(a, b, initial_state, resets)
+    return linear_scan_torch(a, b, initial_state, resets)

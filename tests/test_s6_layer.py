@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from seqssm.layers import S6
+from seqssm.optim import param_groups
+from seqssm.testing import check_layer_contract
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference"])
+def test_s6_contract(backend):
+    layer = S6(8, d_state=4, backend=backend).double()
+    check_layer_contract(layer, d_in=8)
+
+
+def test_s6_init_follows_mamba():
+    layer = S6(40, d_state=16, dt_min=0.001, dt_max=0.1)
+    assert layer.dt_rank == 3
+    torch.testing.assert_close(layer.A[0], -torch.arange(1.0, 17.0))
+    dt = torch.nn.functional.softplus(layer.dt_proj.bias)
+    assert dt.min() >= 0.001 * 0.999 and dt.max() <= 0.1 * 1.001
+    torch.testing.assert_close(layer.D, torch.ones(40), check_device=False)
+
+
+def test_s6_gradients_flow_through_initial_state_and_final_state():
+    layer = S6(6, d_state=3).double()
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    s0 = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    y, s1 = layer.scan(x, s0)
+    g0, = torch.autograd.grad(s1.pow(2).sum() + y.sum(), s0)
+    assert g0.abs().sum() > 0
+
+
+def test_s6_param_groups():
+    layer = S6(16, d_state=4)
+    groups = param_groups(layer, lr=1e-3, weight_decay=0.01)
+    by_param = {id(p): g for g in groups for p in g["params"]}
+    assert by_param[id(layer.A_log)]["lr"] == pytest.approx(1e-4)
+    assert by_param[id(layer.A_log)]["weight_decay"] == 0.0
+    assert by_param[id(layer.D)]["weight_decay"] == 0.0
+    assert by_param[id(layer.x_proj.weight)]["weight_decay"] == 0.01
+    assert sum(len(g["params"]) for g in groups) == len(list(layer.parameters()))
+
+
+def test_s6_autocast_keeps_ssm_in_fp32():
+    layer = S6(8, d_state=4)
+    x = torch.randn(2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, s = layer.scan(x)
+    assert layer.A_log.dtype == torch.float32
+    assert s.dtype == torch.float32
+    assert torch.isfinite(y).all()
