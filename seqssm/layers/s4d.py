@@ -17,7 +17,7 @@ from torch import nn
 from seqssm.layers.base import SequenceLayer, check_resets
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv
-from seqssm.ops.linear_scan import linear_scan
+from seqssm.ops.linear import linear_scan
 from seqssm.ops.ssm_kernels import (
     DISCRETIZATIONS,
     discretize_diag,
