@@ -218,7 +218,11 @@ def test_fft_conv_dtypes():
 def test_hippo_legs_matrix():
     A, B = hippo_legs(4)
     r = torch.sqrt(torch.tensor([1.0, 3, 5, 7], dtype=F64))
-    expected = -torch.tensor([[1, 0, 0, 0], [r[1] * r[0], 2, 0, 0], [r[2] * r[0], r[2] * r[1], 3, 0], [r[3] * r[0], r[3] * r[1], r[3] * r[2], 4]], dtype=F64)
+    expected = torch.zeros(4, 4, dtype=F64)
+    for n in range(4):  # equation (76), written out entry by entry
+        expected[n, n] = -(n + 1)
+        for k in range(n):
+            expected[n, k] = -r[n] * r[k]
     torch.testing.assert_close(A, expected)
     torch.testing.assert_close(B, r)
 

@@ -65,6 +65,7 @@ class S4(SequenceLayer):
         return dplr_kernel(Lambda, P, B, real_to_half(C_tilde), dt, L)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
         dtype = compute_dtype(x.dtype, self.D.dtype)
         with no_autocast(x):
             y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))

@@ -93,6 +93,7 @@ class S4D(SequenceLayer):
         return s4d_kernel(C, dB, log_dA, L)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
         dtype = compute_dtype(x.dtype, self.D.dtype)
         with no_autocast(x):
             y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))

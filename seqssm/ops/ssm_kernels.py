@@ -98,7 +98,7 @@ def roots_of_unity(L: int, dtype: torch.dtype = torch.complex128, device=None) -
 
 
 def cauchy_bilinear(v: torch.Tensor, w: torch.Tensor, dt: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
-    """Cauchy sums of the bilinear resolvent over conjugate pairs: v (..., H, N/2), w (H, N/2), dt (H), ω (F) -> (..., H, F).
+    """Cauchy sums of the bilinear resolvent: v (..., H, N/2), w (H, N/2), dt (H), ω (F) -> (..., H, F).
 
     Returns Σ_n v_n / d_n(ω) + conj(v_n) / d̄_n(ω), d_n(ω) = (1 - ω) - Δ/2 (1 + ω) w_n. This is
     2/(Δ(1+ω)) times the Cauchy product Σ v_n / (z - w_n) at z = (2/Δ)(1 - ω)/(1 + ω), written
@@ -138,18 +138,15 @@ def dplr_dense(Lambda: torch.Tensor, P: torch.Tensor, B: torch.Tensor, C: torch.
     q = (Re P, Im P), B = (Re B, Im B), C = 2 (Re C, -Im C). P = 0 gives the S4D system.
     Since Re Λ < 0, A + A^T = 2 diag(Re Λ) - 4 q q^T is negative definite: the system is stable.
     """
-    lr, li = Lambda.real, Lambda.imag
-    A = torch.cat(
-        [torch.cat([torch.diag_embed(lr), torch.diag_embed(-li)], -1), torch.cat([torch.diag_embed(li), torch.diag_embed(lr)], -1)],
-        -2,
-    )
+    re, im = torch.diag_embed(Lambda.real), torch.diag_embed(Lambda.imag)
+    A = torch.cat([torch.cat([re, -im], -1), torch.cat([im, re], -1)], -2)
     q = torch.cat([P.real, P.imag], -1)
     A = A - 2 * q.unsqueeze(-1) * q.unsqueeze(-2)
     return A, torch.cat([B.real, B.imag], -1), 2 * torch.cat([C.real, -C.imag], -1)
 
 
 def real_to_half(c: torch.Tensor) -> torch.Tensor:
-    """Inverse of the C map of `dplr_dense`: a real output row c (..., N) -> C (..., N/2) complex with 2 Re(C h) = c x."""
+    """Inverse of the C map of `dplr_dense`: real row c (..., N) -> C (..., N/2) complex with 2 Re(C h) = c x."""
     n = c.shape[-1] // 2
     return torch.complex(c[..., :n], -c[..., n:]) / 2
 
