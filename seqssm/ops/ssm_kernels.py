@@ -104,11 +104,10 @@ def cauchy_bilinear(v: torch.Tensor, w: torch.Tensor, dt: torch.Tensor, omega: t
     2/(Δ(1+ω)) times the Cauchy product Σ v_n / (z - w_n) at z = (2/Δ)(1 - ω)/(1 + ω), written
     without the pole of z at ω = -1 (the Nyquist bin of an even L).
     """
-    one_minus = (1 - omega).view(1, -1)
+    w, v = torch.cat([w, w.conj()], -1), torch.cat([v, v.conj()], -1)
     half_dt_one_plus = (dt / 2).unsqueeze(-1) * (1 + omega)  # (H, F)
-    inv_d = 1 / (one_minus.unsqueeze(1) - half_dt_one_plus.unsqueeze(1) * w.unsqueeze(-1))  # (H, N/2, F)
-    inv_d_conj = 1 / (one_minus.unsqueeze(1) - half_dt_one_plus.unsqueeze(1) * w.conj().unsqueeze(-1))
-    return torch.einsum("...hn,hnf->...hf", v, inv_d) + torch.einsum("...hn,hnf->...hf", v.conj(), inv_d_conj)
+    d = (1 - omega) - half_dt_one_plus.unsqueeze(1) * w.unsqueeze(-1)  # (H, N, F)
+    return torch.einsum("...hn,hnf->...hf", v, d.reciprocal())
 
 
 def dplr_kernel(
