@@ -62,3 +62,38 @@ def check_resets(resets: torch.Tensor | None, batch: int, length: int) -> torch.
     if resets.shape != (batch, length):
         raise ValueError(f"resets must have shape (batch, length) = ({batch}, {length}), got {tuple(resets.shape)}")
     return resets.to(torch.bool)
+
+
+def check_mask(mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """Validate a (B, L) bool mask, True = valid step; returns it as bool or None."""
+    if mask is None:
+        return None
+    if mask.shape != (batch, length):
+        raise ValueError(f"mask must have shape (batch, length) = ({batch}, {length}), got {tuple(mask.shape)}")
+    return mask.to(torch.bool)
+
+
+def mask_recurrence(mask: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, resets: torch.Tensor | None = None):
+    """Skip masked steps of h_t = a_t h_{t-1} + b_t: -> (a, b, resets) with a_t = 1, b_t = 0, no reset where mask is False.
+
+    mask (B, L) bool, True = valid; a broadcastable to b (B, L, ...). A skipped step passes the state
+    through unchanged, which is the masked associative operator of seed 002 section 4.3 written on
+    the elements instead of the operator: on a right-padded batch every running state, the final one
+    included, is the state after the sequence's last valid step. Resets on skipped steps are dropped
+    so that padding can never clear a state. mask None returns the inputs as they are.
+    """
+    if mask is None:
+        return a, b, resets
+    m = mask.to(b.device).view(*mask.shape, *([1] * (b.ndim - 2)))
+    a = torch.where(m, a, torch.ones((), dtype=a.dtype, device=a.device))
+    b = torch.where(m, b, torch.zeros((), dtype=b.dtype, device=b.device))
+    if resets is not None:
+        resets = resets & mask.to(resets.device)
+    return a, b, resets
+
+
+def mask_outputs(mask: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """Zero the outputs y (B, L, ...) of masked steps (mask (B, L) False), so padding never leaks into losses."""
+    if mask is None:
+        return y
+    return y.masked_fill(~mask.to(y.device).view(*mask.shape, *([1] * (y.ndim - 2))), 0)

@@ -1,0 +1,68 @@
+"""The GRU baseline (seed 000 section 4.1.3, seed 002 appendix B): torch's own `nn.GRU` behind the layer contract.
+
+A GRU's state update is nonlinear, so resets and masks cannot be folded into a scan. `scan` cuts
+the sequence where any sequence of the batch resets or changes mask, and runs `nn.GRU` (cuDNN on
+GPU) once per piece: one call without resets or mask, at most L calls in the worst case.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
+
+
+class GRU(SequenceLayer):
+    """Single-layer GRU: x (B, L, d_model) -> y (B, L, d_model); state h (B, d_hidden).
+
+    y = h when d_hidden == d_model (the default), else a linear read-out of h.
+    """
+
+    def __init__(self, d_model: int, d_hidden: int | None = None):
+        super().__init__()
+        self.d_model, self.d_hidden = d_model, d_hidden or d_model
+        self.gru = nn.GRU(d_model, self.d_hidden, batch_first=True)
+        self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()
+
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) bool -> (y (B, L, d_model), final state).
+
+        Masked steps leave the state unchanged and output zeros.
+        """
+        batch, length, _ = x.shape
+        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
+        h = self.initial_state(batch, x.device, x.dtype) if state is None else state
+        if resets is not None and mask is not None:
+            resets = resets & mask  # a padded step must not clear the state
+        # A piece starts wherever some sequence resets or its mask flips; inside a piece every
+        # sequence either runs all steps or skips all of them, so one nn.GRU call serves it.
+        change = torch.zeros(length, dtype=torch.bool, device=x.device)
+        change[0] = True
+        if resets is not None:
+            change |= resets.any(0)
+        if mask is not None:
+            change[1:] |= (mask[:, 1:] != mask[:, :-1]).any(0)
+        starts = torch.nonzero(change).flatten().tolist() + [length]
+        outs = []
+        for s, e in zip(starts[:-1], starts[1:]):
+            if resets is not None:
+                h = h.masked_fill(resets[:, s, None], 0)
+            out, h_new = self.gru(x[:, s:e], h.unsqueeze(0).contiguous())
+            h_new = h_new.squeeze(0)
+            if mask is not None:
+                h_new = torch.where(mask[:, s, None], h_new, h)
+            outs.append(out)
+            h = h_new
+        y = self.out_proj(torch.cat(outs, dim=1))
+        return mask_outputs(mask, y), h
+
+    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+        """x_t (B, d_model), state (B, d_hidden) -> (y_t (B, d_model), next state)."""
+        out, h = self.gru(x_t.unsqueeze(1), state.unsqueeze(0).contiguous())
+        return self.out_proj(out.squeeze(1)), h.squeeze(0)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, d_hidden) in the parameters' dtype unless `dtype` is given."""
+        w = self.gru.weight_ih_l0
+        return torch.zeros(batch_size, self.d_hidden, device=device or w.device, dtype=dtype or w.dtype)

@@ -1,0 +1,54 @@
+"""minGRU (Feng et al. 2024; seed 000 section 2.1.7): a GRU whose gate and candidate see only the input.
+
+    z_t = σ(W_z x_t),  h̃_t = W_h x_t,  h_t = (1 - z_t) h_{t-1} + z_t h̃_t
+
+Without h_{t-1} inside the gate the recurrence is linear in h, so training runs it as one
+`linear_scan` (a_t = 1 - z_t, b_t = z_t h̃_t) and inference steps it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence
+from seqssm.ops.linear import linear_scan
+
+
+class MinGRU(SequenceLayer):
+    """minGRU: x (B, L, d_model) -> y (B, L, d_model); state h (B, d_hidden).
+
+    y = h when d_hidden == d_model (the default), else a linear read-out of h.
+    """
+
+    def __init__(self, d_model: int, d_hidden: int | None = None, backend: str = "auto"):
+        super().__init__()
+        self.d_model, self.d_hidden, self.backend = d_model, d_hidden or d_model, backend
+        self.in_proj = nn.Linear(d_model, 2 * self.d_hidden)  # gate logits and candidate in one matmul
+        self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()
+
+    def _gates(self, x: torch.Tensor):
+        """x (..., d_model) -> the decay 1 - z and the input z h̃, each (..., d_hidden)."""
+        k, h_tilde = self.in_proj(x).chunk(2, dim=-1)
+        # σ(-k) rather than 1 - σ(k): exact when the gate saturates near 1.
+        return torch.sigmoid(-k), torch.sigmoid(k) * h_tilde
+
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) bool -> (y (B, L, d_model), final state)."""
+        batch, length, _ = x.shape
+        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
+        a, b = self._gates(x)
+        a, b, resets = mask_recurrence(mask, a, b, resets)
+        h = linear_scan(a, b, initial_state=state, resets=resets, backend=self.backend)
+        return mask_outputs(mask, self.out_proj(h)), h[:, -1]
+
+    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+        """x_t (B, d_model), state (B, d_hidden) -> (y_t (B, d_model), next state)."""
+        a, b = self._gates(x_t)
+        h = torch.addcmul(b, a, state)
+        return self.out_proj(h), h
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, d_hidden) in the parameters' dtype unless `dtype` is given."""
+        w = self.in_proj.weight
+        return torch.zeros(batch_size, self.d_hidden, device=device or w.device, dtype=dtype or w.dtype)
