@@ -2,7 +2,9 @@
 reference, a fast pure-PyTorch path and, where installed, the mamba_ssm CUDA path."""
 
 from seqssm.ops.backend import BACKENDS, resolve_backend
+from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.linear import linear_scan, linear_scan_reference
+from seqssm.ops.ssm_kernels import dense_kernel, dplr_kernel, s4d_kernel
 from seqssm.ops.selective import selective_scan, selective_scan_reference, selective_step
 
 __all__ = [
@@ -13,4 +15,8 @@ __all__ = [
     "selective_scan",
     "selective_scan_reference",
     "selective_step",
+    "fft_conv",
+    "s4d_kernel",
+    "dplr_kernel",
+    "dense_kernel",
 ]
