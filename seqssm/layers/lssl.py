@@ -1,0 +1,124 @@
+"""LSSL and LSSLf (Gu et al. 2021; seed 000 section 2.1.2 and appendix A.1.1): dense HiPPO-LegS SSMs.
+
+Each of the H channels is a SISO system with a dense state of size N sharing one A (N, N) and
+B (N), both HiPPO-LegS at init, with its own step Δ_h (log-uniform in [dt_min, dt_max]), C_h (N)
+and D_h. The generalised bilinear transform with α = 1/2 (the bilinear transform,
+`discretize_dense(..., "bilinear")`) gives Ā_h = (I - Δ_h/2 A)^{-1} (I + Δ_h/2 A) and
+B̄_h = Δ_h (I - Δ_h/2 A)^{-1} B.
+
+Without resets or mask the layer is a convolution with the Krylov kernel K_j = C Ā^j B̄
+(seed 000 eq. 2.8), computed by repeated squaring; a carried state adds its free response
+C Ā^(t+1) h_0. With resets or a mask `scan` runs the dense recurrence step by step, which the
+seed notes the Krylov form cannot express (section 2.2.3); like S4's, it is correct, not fast.
+
+LSSL learns A, B and Δ (tagged for 0.1x learning rate, no weight decay) besides C and D.
+LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in the seed (section 2.1.2: "fixes
+the state matrix A, input matrix B and sampling time Δt").
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
+from seqssm.layers.hippo import hippo_legs, log_dt_init
+from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
+from seqssm.ops.fftconv import fft_conv
+from seqssm.ops.ssm_kernels import discretize_dense
+
+
+def krylov(A: torch.Tensor, v: torch.Tensor, L: int) -> torch.Tensor:
+    """Rows A^j v for j < L: A (..., N, N), v (..., N) -> (..., L, N), by repeated squaring (log2 L matmuls)."""
+    K, power = v.unsqueeze(-2), A
+    while K.shape[-2] < L:
+        K = torch.cat([K, K @ power.mT], dim=-2)  # rows A^(m + j) v = A^m (A^j v), m = current length
+        if K.shape[-2] < L:
+            power = power @ power
+    return K[..., :L, :]
+
+
+class LSSL(SequenceLayer):
+    """Dense HiPPO-LegS SSM per channel: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state)."""
+
+    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1, fixed: bool = False):
+        super().__init__()
+        self.d_model, self.d_state, self.fixed = d_model, d_state, fixed
+        A, B = hippo_legs(d_state, torch.float32)
+        for name, value in (("A", A), ("B", B), ("log_dt", log_dt_init(d_model, dt_min, dt_max))):
+            if fixed:
+                self.register_buffer(name, value)
+            else:
+                setattr(self, name, ssm_param(value))
+        self.C = nn.Parameter(torch.randn(d_model, d_state))
+        self.D = nn.Parameter(torch.ones(d_model))
+
+    def discrete(self, dtype: torch.dtype):
+        """-> Ā (H, N, N), B̄ (H, N), C (H, N) in `dtype`."""
+        dA, dB = discretize_dense(self.A.to(dtype), self.B.to(dtype), torch.exp(self.log_dt.to(dtype)), "bilinear")
+        return dA, dB, self.C.to(dtype)
+
+    def kernel(self, L: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The Krylov kernel K (H, L), K_j = C Ā^j B̄."""
+        dA, dB, C = self.discrete(dtype)
+        return (krylov(dA, dB, L) @ C.unsqueeze(-1)).squeeze(-1)
+
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """x (B, L, H), state (B, H, N) or None, resets / mask (B, L) bool -> (y (B, L, H), final state).
+
+        Masked steps leave the state unchanged and output zeros.
+        """
+        batch, L, _ = x.shape
+        resets, mask = check_resets(resets, batch, L), check_mask(mask, batch, L)
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            dA, dB, C = self.discrete(dtype)
+            u, D = x.to(dtype), self.D.to(dtype)
+            h0 = None if state is None else state.to(dtype)
+            if resets is None and mask is None:
+                Kx = krylov(dA, dB, L)  # (H, L, N): Ā^j B̄
+                y = fft_conv(u, (Kx @ C.unsqueeze(-1)).squeeze(-1), D)
+                h = torch.einsum("hjn,bjh->bhn", Kx, u.flip(1))  # h_L = Σ_j Ā^j B̄ u_(L-1-j)
+                if h0 is not None:
+                    free = krylov(dA.mT, C, L + 1)[:, 1:]  # (H, L, N): rows C Ā^(t+1)
+                    y = y + torch.einsum("htn,bhn->bth", free, h0)
+                    h = h + (torch.linalg.matrix_power(dA, L) @ h0.unsqueeze(-1)).squeeze(-1)
+                return y.to(x.dtype), h
+            h = torch.zeros(batch, self.d_model, self.d_state, dtype=dtype, device=x.device) if h0 is None else h0
+            if resets is not None and mask is not None:
+                resets = resets & mask  # a padded step must not clear the state
+            ys = []
+            for t in range(L):
+                if resets is not None:
+                    h = h.masked_fill(resets[:, t, None, None], 0)
+                y_t, h_t = self._step(dA, dB, C, D, u[:, t], h)
+                h = h_t if mask is None else torch.where(mask[:, t, None, None], h_t, h)
+                ys.append(y_t)
+            y = mask_outputs(mask, torch.stack(ys, dim=1))
+        return y.to(x.dtype), h
+
+    @staticmethod
+    def _step(dA, dB, C, D, u_t, h):
+        """One step of the discrete system: u_t (B, H), h (B, H, N) -> (y_t (B, H), next h)."""
+        h = (dA @ h.unsqueeze(-1)).squeeze(-1) + dB * u_t.unsqueeze(-1)
+        return (h * C).sum(-1) + D * u_t, h
+
+    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+        """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
+        dtype = compute_dtype(x_t.dtype, self.D.dtype)
+        with no_autocast(x_t):
+            dA, dB, C = self.discrete(dtype)
+            y, h = self._step(dA, dB, C, self.D.to(dtype), x_t.to(dtype), state.to(dtype))
+        return y.to(x_t.dtype), h
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, H, N) in the compute dtype of `dtype` (default: the parameters')."""
+        dtype = compute_dtype(dtype or self.D.dtype)
+        return torch.zeros(batch_size, self.d_model, self.d_state, device=device or self.D.device, dtype=dtype)
+
+
+class LSSLf(LSSL):
+    """LSSL with A, B and Δ fixed at their HiPPO-LegS / log-uniform init; only C and D learn."""
+
+    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
+        super().__init__(d_model, d_state, dt_min, dt_max, fixed=True)
