@@ -1,0 +1,160 @@
+"""The Mamba block (thesis 12.1, fig. 9) with any SSP, and its bidirectional and placebo forms (fig. 16)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
+from seqssm.blocks.ssp import RotarySSP
+from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_resets
+from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
+
+
+class ConvSSPBranch(SequenceLayer):
+    """Causal depthwise conv1d (with bias) -> SiLU -> [RoPE ->] SSP over d_inner channels.
+
+    x (B, L, d_inner) -> (B, L, d_inner); state (conv state (B, d_inner, d_conv-1), SSP state).
+    """
+
+    def __init__(
+        self,
+        d_inner: int,
+        ssp: str = "s6",
+        d_state: int = 16,
+        d_conv: int = 4,
+        conv_bias: bool = True,
+        dt_rank: int | None = None,
+        rope: dict | None = None,
+        ssp_kwargs: dict | None = None,
+    ):
+        super().__init__()
+        self.d_inner, self.d_conv = d_inner, d_conv
+        # An nn.Conv1d only to hold weight (d_inner, 1, d_conv) and bias with PyTorch's default init
+        # (thesis 12.2.4) and mamba_ssm's parameter layout; the computation is `causal_conv1d`.
+        self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, bias=conv_bias)
+        layer = make_ssp(ssp, d_inner, d_state, dt_rank=dt_rank, **(ssp_kwargs or {}))
+        self.ssp = layer if rope is None else RotarySSP(layer, **rope)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = causal_conv1d(x.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias)
+        return self.ssp(F.silu(h).transpose(1, 2))
+
+    def scan(self, x, state=None, resets=None):
+        conv_state, ssp_state = (None, None) if state is None else state
+        h, conv_state = causal_conv1d(
+            x.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, return_final_state=True
+        )
+        y, ssp_state = self.ssp.scan(F.silu(h).transpose(1, 2), ssp_state, resets)
+        return y, (conv_state, ssp_state)
+
+    def step(self, x_t, state):
+        conv_state, ssp_state = state
+        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)
+        y, ssp_state = self.ssp.step(F.silu(h), ssp_state)
+        return y, (conv_state, ssp_state)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        w = self.conv1d.weight
+        conv = torch.zeros(batch_size, self.d_inner, self.d_conv - 1, device=device or w.device, dtype=dtype or w.dtype)
+        return conv, self.ssp.initial_state(batch_size, device=device or w.device, dtype=dtype)
+
+
+class MambaBlock(SequenceLayer):
+    """Pre-norm residual Mamba block: x (B, L, d_model) -> (B, L, d_model).
+
+    norm -> in_proj to (x, z), 2 x expand x d_model -> conv1d + SiLU -> SSP -> feature dropout ->
+    * SiLU(z) -> out_proj -> + residual. `bidirectional`: a second conv1d + SSP branch runs on each
+    sequence reversed within its own length and its output, reversed back, is added (non-causal;
+    `scan`/`step` raise). `placebo`: the same two branches without the flips (causal).
+    State: (conv state, SSP state); for placebo, one such pair per branch. With `rope` (a dict of
+    `RotarySSP` options) the SSP state is (SSP state, positions).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        ssp: str = "s6",
+        d_state: int = 16,
+        expand: int = 2,
+        d_conv: int = 4,
+        dropout: float = 0.0,
+        rope: dict | None = None,
+        bidirectional: bool = False,
+        placebo: bool = False,
+        dt_rank: int | str = "auto",
+        conv_bias: bool = True,
+        proj_bias: bool = False,
+        rms_norm: bool = True,
+        norm_eps: float = 1e-5,
+        residual_in_fp32: bool = False,
+        ssp_kwargs: dict | None = None,
+    ):
+        super().__init__()
+        if bidirectional and placebo:
+            raise ValueError("choose at most one of bidirectional and placebo")
+        d_inner = expand * d_model
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)  # mamba_ssm's rule, on the block width (not d_inner)
+        self.d_model, self.d_inner = d_model, d_inner
+        self.bidirectional, self.placebo, self.residual_in_fp32 = bidirectional, placebo, residual_in_fp32
+        self.norm = make_norm(d_model, rms_norm, norm_eps)
+        self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=proj_bias)
+        self.branches = nn.ModuleList(
+            ConvSSPBranch(d_inner, ssp, d_state, d_conv, conv_bias, dt_rank if ssp == "s6" else None, rope, ssp_kwargs)
+            for _ in range(2 if (bidirectional or placebo) else 1)
+        )
+        self.dropout = FeatureDropout(dropout)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=proj_bias)
+
+    @property
+    def causal(self) -> bool:
+        return not self.bidirectional
+
+    def _split(self, x):
+        return self.in_proj(self.norm(x)).chunk(2, dim=-1)
+
+    def _finish(self, residual, y, z):
+        out = self.out_proj(self.dropout(y) * F.silu(z))
+        if self.residual_in_fp32:
+            residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
+        return residual + out
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d_model), lengths (B,) of right-padded sequences (used by the reverse branch) -> (B, L, d_model)."""
+        xi, z = self._split(x)
+        if self.bidirectional:
+            forward, backward = self.branches
+            y = forward(xi) + flip_within_lengths(backward(flip_within_lengths(xi, lengths)), lengths)
+        else:
+            y = sum(branch(xi) for branch in self.branches)
+        return self._finish(x, y, z)
+
+    def _states(self, state):
+        return (None,) * len(self.branches) if state is None else (state,) if len(self.branches) == 1 else state
+
+    def _pack(self, states):
+        return states[0] if len(states) == 1 else tuple(states)
+
+    def scan(self, x, state=None, resets=None):
+        if self.bidirectional:
+            return NonCausalMixin.scan(self)
+        resets = check_resets(resets, x.shape[0], x.shape[1])
+        xi, z = self._split(x)
+        outs = [branch.scan(xi, s, resets) for branch, s in zip(self.branches, self._states(state))]
+        return self._finish(x, sum(o[0] for o in outs), z), self._pack([o[1] for o in outs])
+
+    def step(self, x_t, state):
+        if self.bidirectional:
+            return NonCausalMixin.step(self)
+        xi, z = self._split(x_t)
+        outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
+        return self._finish(x_t, sum(o[0] for o in outs), z), self._pack([o[1] for o in outs])
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        if self.bidirectional:
+            return NonCausalMixin.initial_state(self)
+        return self._pack([b.initial_state(batch_size, device=device, dtype=dtype) for b in self.branches])

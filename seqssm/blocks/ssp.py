@@ -1,0 +1,91 @@
+"""An SSP with rotary positional embedding on its inputs (thesis 14.3), speaking the layer contract."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.rope import RoPE, rope_positions
+from seqssm.layers.s6 import S6
+from seqssm.ops.selective import selective_scan, selective_step
+
+ROPE_TARGETS = ("x", "B", "C", "delta")
+
+
+class RotarySSP(SequenceLayer):
+    """RoPE then an SSP: x (B, L, D) -> (B, L, D); state (SSP state, next position (B,) long).
+
+    `targets` says which SSP inputs see RoPE(x) rather than x: for S6 any non-empty subset of
+    ("x", "B", "C", "delta") (thesis 14.3.2: the sequence itself, or only the projections that
+    make B, C or Δ); for S4 / S4D only ("x",). Default: all of them, i.e. RoPE right before the SSP.
+    Positions restart from 0 at a reset, so a reset hides the token count before it too.
+    """
+
+    def __init__(
+        self,
+        layer: nn.Module,
+        base: float = 10000.0,
+        trainable: bool = False,
+        normalize_len: int | None = None,
+        targets=None,
+    ):
+        super().__init__()
+        selective = isinstance(layer, S6)
+        allowed = ROPE_TARGETS if selective else ("x",)
+        targets = tuple(allowed if targets is None else targets)
+        if not targets or any(t not in allowed for t in targets):
+            raise ValueError(f"RoPE targets for {type(layer).__name__} must be a non-empty subset of {allowed}, got {targets}")
+        self.layer, self.targets = layer, targets
+        self.rope = RoPE(layer.d_model, base=base, trainable=trainable, normalize_len=normalize_len)
+        # Only a partial S6 subset needs the scan rebuilt here; otherwise the layer runs on RoPE(x).
+        self._split = selective and set(targets) != set(ROPE_TARGETS)
+
+    def _s6_inputs(self, x: torch.Tensor, xr: torch.Tensor):
+        """u, Δ (before bias), B, C for the S6 layer, each from x or RoPE(x) as `targets` says."""
+        plain = self.layer.project(x) if {"delta", "B", "C"} - set(self.targets) else None
+        rotated = self.layer.project(xr) if {"delta", "B", "C"} & set(self.targets) else None
+        delta, B, C = ((rotated if name in self.targets else plain)[i] for i, name in enumerate(("delta", "B", "C")))
+        return (xr if "x" in self.targets else x), delta, B, C
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._split:
+            return self.scan(x)[0]
+        return self.layer(self.rope(x))  # the SSP's own fast zero-state path (e.g. S4D's FFT)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        """(SSP zero state, zero positions (batch_size,) long)."""
+        inner = self.layer.initial_state(batch_size, device=device, dtype=dtype)
+        return inner, torch.zeros(batch_size, dtype=torch.long, device=inner.device)
+
+    def scan(self, x, state=None, resets=None):
+        batch, length, _ = x.shape
+        resets = check_resets(resets, batch, length)
+        inner, start = (None, torch.zeros(batch, dtype=torch.long, device=x.device)) if state is None else state
+        pos = rope_positions(start, length, resets)
+        xr = self.rope(x, pos)
+        if not self._split:
+            y, inner = self.layer.scan(xr, inner, resets)
+        else:
+            u, delta, B, C = self._s6_inputs(x, xr)
+            s6 = self.layer
+            y, inner = selective_scan(
+                u.transpose(1, 2), delta.transpose(1, 2), s6.A, B.transpose(1, 2), C.transpose(1, 2), s6.D.float(),
+                delta_bias=s6.dt_proj.bias.float(), delta_softplus=True, return_last_state=True,
+                initial_state=inner, resets=resets, backend=s6.backend,
+            )
+            y = y.transpose(1, 2)
+        return y, (inner, pos[:, -1] + 1 if length else start)
+
+    def step(self, x_t, state):
+        inner, pos = state
+        xr = self.rope(x_t, pos)
+        if not self._split:
+            y, inner = self.layer.step(xr, inner)
+        else:
+            u, delta, B, C = self._s6_inputs(x_t, xr)
+            s6 = self.layer
+            y, inner = selective_step(
+                inner, u, delta, s6.A, B, C, s6.D.float(), delta_bias=s6.dt_proj.bias.float(), delta_softplus=True
+            )
+        return y, (inner, pos + 1)

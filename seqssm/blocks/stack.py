@@ -1,0 +1,81 @@
+"""A stack of blocks with a final norm: the backbone of every SequenceModel, usable on its own."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqssm.blocks.common import make_norm
+from seqssm.blocks.mamba import MambaBlock
+from seqssm.blocks.simple import SimpleBlock
+from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_resets
+
+BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock}
+
+
+class BlockStack(SequenceLayer):
+    """layers then norm_f: x (B, L, d_model) -> (B, L, d_model); state: a tuple with one state per block."""
+
+    def __init__(self, layers: list[nn.Module], norm_f: nn.Module):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm_f = norm_f
+
+    @property
+    def causal(self) -> bool:
+        return all(layer.causal for layer in self.layers)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d_model), lengths (B,) for right-padded batches (only bidirectional blocks need them)."""
+        for layer in self.layers:
+            x = layer(x, lengths=lengths)
+        return self.norm_f(x)
+
+    def scan(self, x, state=None, resets=None):
+        """x (B, L, d_model), state (tuple per block, or None) -> (y (B, L, d_model), state)."""
+        if not self.causal:
+            return NonCausalMixin.scan(self)
+        resets = check_resets(resets, x.shape[0], x.shape[1])
+        states = []
+        for layer, s in zip(self.layers, (None,) * len(self.layers) if state is None else state):
+            x, s = layer.scan(x, s, resets)
+            states.append(s)
+        return self.norm_f(x), tuple(states)
+
+    def step(self, x_t, state):
+        """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
+        if not self.causal:
+            return NonCausalMixin.step(self)
+        states = []
+        for layer, s in zip(self.layers, state):
+            x_t, s = layer.step(x_t, s)
+            states.append(s)
+        return self.norm_f(x_t), tuple(states)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        if not self.causal:
+            return NonCausalMixin.initial_state(self)
+        return tuple(layer.initial_state(batch_size, device=device, dtype=dtype) for layer in self.layers)
+
+
+def make_stack(
+    block: str,
+    d_model: int,
+    n_layers: int,
+    *,
+    rms_norm: bool | None = None,
+    norm_eps: float = 1e-5,
+    **block_kwargs,
+) -> BlockStack:
+    """n_layers blocks of kind "mamba" or "simple" plus the final norm.
+
+    rms_norm None: RMSNorm for Mamba stacks, LayerNorm for Simple ones. Simple blocks end in their
+    own (post) norm, so the final norm of a Simple stack is the identity.
+    """
+    if block not in BLOCKS:
+        raise ValueError(f"unknown block {block!r}; choose one of {tuple(BLOCKS)}")
+    if rms_norm is None:
+        rms_norm = block == "mamba"
+    layers = [BLOCKS[block](d_model, rms_norm=rms_norm, norm_eps=norm_eps, **block_kwargs) for _ in range(n_layers)]
+    norm_f = make_norm(d_model, rms_norm, norm_eps) if block == "mamba" else nn.Identity()
+    return BlockStack(layers, norm_f)
