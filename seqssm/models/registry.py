@@ -1,0 +1,78 @@
+"""Named models of the thesis: `build("mamba-s6-bi", vocab_size=256, n_classes=2)`.
+
+Base names: simple-s4, simple-s4d, mamba-s4, mamba-s4d, mamba-s6. Variant suffixes, combinable as
+one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
+without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
+fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
+Defaults follow thesis tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64.
+"""
+
+from __future__ import annotations
+
+from seqssm.models.sequence_model import SequenceModel
+
+BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")
+VARIANTS = ("bi", "placebo", "sm", "rope")
+
+BASE_WIDTH = {"mamba": 116, "simple": 170}  # table 2
+# Table 6 (placebo shares the bidirectional width). Table 6 has no Mamba-s4 entries; S4 with N=16
+# holds 4N+2 = 66 parameters per channel, as many as S6 at d=116, so its parameter-matched
+# bidirectional width is S6's. Speed matching was measured, not derived: none is given for S4.
+VARIANT_WIDTH = {
+    ("s4d", "bi"): 108, ("s6", "bi"): 107, ("s4", "bi"): 107,
+    ("s4d", "sm"): 140, ("s6", "sm"): 170,
+}
+
+# Trainable parameter counts the thesis reports, to check ours against (scripts/param_table.py).
+# Table 3: Cifar10-numerical (d_input 3, 10 classes), whole model and inside the SSPs.
+THESIS_TABLE3 = {
+    "mamba-s6": (587_000, 95_000), "mamba-s4d": (564_000, 72_000), "mamba-s4": (587_000, 95_000),
+    "simple-s4d": (551_000, 200_000), "simple-s4": (616_000, 266_000),
+}
+# Table 6: IMDB (token ids, 2 classes), embedding and classifier included.
+THESIS_TABLE6 = {
+    "mamba-s4d": 575_000, "mamba-s4d-bi": 576_000, "mamba-s4d-sm": 816_000,
+    "mamba-s6": 598_000, "mamba-s6-bi": 597_000, "mamba-s6-sm": 1_200_000,
+}
+
+
+def parse_name(name: str) -> tuple[str, str, tuple[str, ...]]:
+    """"mamba-s6-bi-rope" -> ("mamba", "s6", ("bi", "rope"))."""
+    parts = name.lower().split("-")
+    base, variants = "-".join(parts[:2]), tuple(parts[2:])
+    if base not in BASE_NAMES:
+        raise ValueError(f"unknown model {name!r}; names are one of {BASE_NAMES} plus suffixes from {VARIANTS}")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or len(set(variants)) != len(variants):
+        raise ValueError(f"bad variant suffixes {variants} in {name!r}; each at most once, from {VARIANTS}")
+    if len({"bi", "placebo", "sm"} & set(variants)) > 1:
+        raise ValueError(f"{name!r}: -bi, -placebo and -sm exclude each other")
+    block, ssp = parts[:2]
+    return block, ssp, variants
+
+
+def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> dict:
+    """The SequenceModel constructor arguments that `build(name, ...)` uses."""
+    block, ssp, variants = parse_name(name)
+    width = BASE_WIDTH[block]
+    shape = next((v for v in variants if v in ("bi", "placebo", "sm")), None)
+    if shape is not None:
+        if block != "mamba":
+            raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (thesis 15.2)")
+        key = (ssp, "bi" if shape == "placebo" else shape)
+        if key not in VARIANT_WIDTH and "d_model" not in overrides:
+            raise ValueError(f"{name!r}: the thesis gives no {shape} width for Mamba-{ssp}; pass d_model=...")
+        width = VARIANT_WIDTH.get(key, width)
+    config = dict(
+        d_model=width, n_layers=6, block=block, ssp=ssp, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes,
+        pooling="mean" if n_classes is not None else None, d_state=16 if block == "mamba" else 64, dropout=0.1,
+        bidirectional=shape == "bi", placebo=shape == "placebo", rope={} if "rope" in variants else None,
+    )
+    config.update(overrides)
+    return config
+
+
+def build(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModel:
+    """The named thesis model for a task: token ids (vocab_size) or numbers (d_input); n_classes for a classifier
+    (mean pooling unless pooling= says otherwise), none for a language model. overrides: any SequenceModel argument."""
+    return SequenceModel(**model_config(name, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes, **overrides))

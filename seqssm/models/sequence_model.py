@@ -1,0 +1,224 @@
+"""SequenceModel: embedding -> block stack (+ final norm) -> pooling -> head (thesis 4.2.3, 12.1)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqssm.blocks.stack import make_stack
+
+POOLINGS = ("mean", "last", "cls", None)
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, generator=None) -> torch.Tensor:
+    """Next tokens (B,) from logits (B, V): greedy at temperature 0, else softmax(logits / T) over the top_k."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits.float(), dim=-1), 1, generator=generator).squeeze(-1)
+
+
+class SequenceModel(nn.Module):
+    """Deep SSM over token ids (B, L) long (vocab_size) or numbers (B, L, d_input) float.
+
+    With `pooling` ("mean" over valid tokens, "last" valid token, "cls": a learned token inserted
+    right after each sequence's last valid token, whose output is taken) and `n_classes`: a
+    classifier, forward -> (B, n_classes). With pooling None: per-token outputs (B, L, n_classes),
+    or with no n_classes a language model, (B, L, vocab_size), with `generate`.
+
+    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d"
+    or "s4". Every constructor argument is in `config`, which `from_config` turns back into the model.
+    `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
+    directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
+    conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".
+    residual_in_fp32 keeps each Mamba block's residual sum in float32 when the model runs in lower precision.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_layers: int = 6,
+        block: str = "mamba",
+        ssp: str = "s6",
+        vocab_size: int | None = None,
+        d_input: int | None = None,
+        n_classes: int | None = None,
+        pooling: str | None = "mean",
+        d_state: int | None = None,
+        expand: int = 2,
+        d_conv: int = 4,
+        conv_bias: bool = True,
+        proj_bias: bool = False,
+        dt_rank: int | str = "auto",
+        dropout: float = 0.1,
+        rope: dict | None = None,
+        bidirectional: bool = False,
+        placebo: bool = False,
+        rms_norm: bool | None = None,
+        norm_eps: float = 1e-5,
+        residual_in_fp32: bool = False,
+        tie_embeddings: bool = False,
+        pad_vocab_size_multiple: int = 1,
+        ssp_kwargs: dict | None = None,
+    ):
+        super().__init__()
+        if (vocab_size is None) == (d_input is None):
+            raise ValueError("give exactly one of vocab_size (token ids) and d_input (numeric inputs)")
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; choose one of {POOLINGS}")
+        if pooling is not None and n_classes is None:
+            raise ValueError(f"pooling={pooling!r} makes a sequence classifier and needs n_classes")
+        is_lm = pooling is None and n_classes is None
+        if is_lm and vocab_size is None:
+            raise ValueError("a language-model head needs vocab_size (or give n_classes for per-token outputs)")
+        if tie_embeddings and not is_lm:
+            raise ValueError("tie_embeddings ties the language-model head to the token embedding; this model has neither")
+        if block == "simple" and (bidirectional or placebo):
+            raise ValueError("bidirectional and placebo are Mamba-block variants (thesis 15.2.1)")
+        if d_state is None:
+            d_state = 16 if block == "mamba" else 64
+        if rms_norm is None:
+            rms_norm = block == "mamba"
+        if rope is not None:
+            rope = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rope.items()}
+        self.config = dict(
+            d_model=d_model, n_layers=n_layers, block=block, ssp=ssp, vocab_size=vocab_size, d_input=d_input,
+            n_classes=n_classes, pooling=pooling, d_state=d_state, expand=expand, d_conv=d_conv, conv_bias=conv_bias,
+            proj_bias=proj_bias, dt_rank=dt_rank, dropout=dropout, rope=rope, bidirectional=bidirectional,
+            placebo=placebo, rms_norm=rms_norm, norm_eps=norm_eps, residual_in_fp32=residual_in_fp32,
+            tie_embeddings=tie_embeddings, pad_vocab_size_multiple=pad_vocab_size_multiple, ssp_kwargs=ssp_kwargs,
+        )
+        self.vocab_size, self.n_classes, self.pooling, self.is_lm = vocab_size, n_classes, pooling, is_lm
+
+        if vocab_size is not None:
+            padded = math.ceil(vocab_size / pad_vocab_size_multiple) * pad_vocab_size_multiple
+            self.embedding = nn.Embedding(padded, d_model)
+            # GPT / mamba_ssm scale: with a tied head, unit-variance rows would start the logits at std ~ sqrt(d).
+            nn.init.normal_(self.embedding.weight, std=0.02)
+        else:
+            self.embedding = nn.Linear(d_input, d_model)
+        self.cls_token = nn.Parameter(torch.randn(d_model) * 0.02) if pooling == "cls" else None
+
+        block_kwargs = dict(ssp=ssp, d_state=d_state, dropout=dropout, rope=rope, ssp_kwargs=ssp_kwargs)
+        if block == "mamba":
+            block_kwargs.update(
+                expand=expand, d_conv=d_conv, conv_bias=conv_bias, proj_bias=proj_bias, dt_rank=dt_rank,
+                bidirectional=bidirectional, placebo=placebo, residual_in_fp32=residual_in_fp32,
+            )
+        self.backbone = make_stack(block, d_model, n_layers, rms_norm=rms_norm, norm_eps=norm_eps, **block_kwargs)
+
+        if is_lm:
+            self.head = nn.Linear(d_model, self.embedding.num_embeddings, bias=False)
+            if tie_embeddings:
+                self.head.weight = self.embedding.weight
+        else:
+            self.head = nn.Linear(d_model, n_classes)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "SequenceModel":
+        """The model (freshly initialised) that `config` describes."""
+        return cls(**config)
+
+    @property
+    def causal(self) -> bool:
+        return self.backbone.causal
+
+    @staticmethod
+    def _lengths(inputs: torch.Tensor, lengths, mask) -> torch.Tensor | None:
+        if mask is not None:
+            if lengths is not None:
+                raise ValueError("give lengths or mask, not both")
+            mask = mask.to(torch.bool)
+            lengths = mask.sum(1)
+            if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths[:, None]):
+                raise ValueError("mask must mark right-padded sequences: True for the first lengths[b] positions only")
+        if lengths is not None:
+            lengths = lengths.to(device=inputs.device, dtype=torch.long)
+            if lengths.shape != inputs.shape[:1]:
+                raise ValueError(f"lengths must be (batch,) = ({inputs.shape[0]},), got {tuple(lengths.shape)}")
+        return lengths
+
+    def embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, L) long or numbers (B, L, d_input) -> (B, L, d_model); also one step (B,) / (B, d_input)."""
+        return self.embedding(inputs)
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        out = self.head(h)
+        return out[..., : self.vocab_size] if self.is_lm else out
+
+    def features(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """Inputs (B, L) or (B, L, d_input), lengths (B,) or mask (B, L) -> (B, L, d_model) after the final norm."""
+        lengths = self._lengths(inputs, lengths, mask)
+        return self.backbone(self.embed(inputs), lengths=lengths)
+
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """Inputs (B, L) ids or (B, L, d_input), right padding given by lengths (B,) or mask (B, L) bool (True = valid)
+        -> (B, n_classes) when pooling is set, else (B, L, vocab_size or n_classes)."""
+        lengths = self._lengths(inputs, lengths, mask)
+        x = self.embed(inputs)
+        batch, length = x.shape[:2]
+        if self.pooling == "cls":
+            end = torch.full((batch,), length, device=x.device) if lengths is None else lengths
+            x = torch.cat([x, x.new_zeros(batch, 1, x.shape[-1])], dim=1)
+            at_end = (torch.arange(length + 1, device=x.device) == end[:, None]).unsqueeze(-1)
+            x = torch.where(at_end, self.cls_token.to(x.dtype), x)
+            h = self.backbone(x, lengths=end + 1)
+            return self._head(h[torch.arange(batch, device=x.device), end])
+        h = self.backbone(x, lengths=lengths)
+        if self.pooling is None:
+            return self._head(h)
+        if self.pooling == "mean":
+            if lengths is None:
+                pooled = h.mean(1)
+            else:
+                valid = (torch.arange(length, device=x.device) < lengths[:, None]).unsqueeze(-1)
+                pooled = (h * valid).sum(1) / lengths.clamp(min=1)[:, None].to(h.dtype)
+        else:  # "last"
+            pooled = h[:, -1] if lengths is None else h[torch.arange(batch, device=x.device), lengths - 1]
+        return self._head(pooled)
+
+    def scan(self, inputs: torch.Tensor, state=None, resets: torch.Tensor | None = None):
+        """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets (B, L) bool
+        -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
+        outputs "last" pooling would give at every position."""
+        h, state = self.backbone.scan(self.embed(inputs), state, resets)
+        return self._head(h), state
+
+    def step(self, input_t: torch.Tensor, state):
+        """Causal models: one input (B,) ids or (B, d_input), state -> (head output (B, vocab_size or n_classes), state)."""
+        h, state = self.backbone.step(self.embed(input_t), state)
+        return self._head(h), state
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        """The backbone's zero state: a tuple with one state per block."""
+        return self.backbone.initial_state(batch_size, device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Prompt ids (B, L) -> (B, L + max_new_tokens): the prompt is scanned once, then each new token
+        costs one `step` on the fixed-size state. temperature 0 is greedy. Put the model in eval mode first."""
+        if not self.is_lm:
+            raise ValueError("generate needs a language model (vocab_size, no n_classes, pooling None)")
+        if not self.causal:
+            raise ValueError("generate needs a causal model; a bidirectional one sees the tokens it would predict")
+        logits, state = self.scan(input_ids)
+        logits, tokens = logits[:, -1], [input_ids]
+        for i in range(max_new_tokens):
+            nxt = sample_next(logits, temperature, top_k, generator)
+            tokens.append(nxt[:, None])
+            if i + 1 < max_new_tokens:
+                logits, state = self.step(nxt, state)
+        return torch.cat(tokens, dim=1)
