@@ -1,0 +1,76 @@
+"""seqssm model folders: `config.json` (format marker, version, model config) + `model.safetensors`.
+
+`save_pretrained(model, dir)` writes one; `load_pretrained(dir)` rebuilds the model from its
+config and loads the weights. Nothing here unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+FORMAT = "seqssm"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+class NotASeqssmFolderError(ValueError):
+    """A folder lacks the files or the format marker of a seqssm model folder."""
+
+
+def save_pretrained(model: nn.Module, out_dir: str | Path) -> Path:
+    """Write `model.config` and its weights to `out_dir` (created if needed); returns the folder."""
+    from safetensors.torch import save_file
+
+    from .. import __version__
+
+    config = getattr(model, "config", None)
+    if not isinstance(config, dict):
+        raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": config}
+    (out_dir / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": FORMAT})
+    return out_dir
+
+
+def read_config(folder: str | Path) -> dict:
+    """The model config stored in a seqssm folder, after checking the format marker and version."""
+    folder = Path(folder)
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        raise NotASeqssmFolderError(f"{folder}: no {CONFIG_FILE}; export one with `seqssm export CKPT {folder}`")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != FORMAT:
+        raise NotASeqssmFolderError(f"{path}: format is {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("format_version", 0) > FORMAT_VERSION:
+        raise NotASeqssmFolderError(f"{path}: format_version {meta['format_version']} is newer than this seqssm "
+                                    f"reads ({FORMAT_VERSION}); upgrade seqssm")
+    return meta["model"]
+
+
+def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of a seqssm folder, read with safetensors."""
+    from safetensors.torch import load_file
+
+    read_config(folder)  # fail on a foreign folder before reading its tensors
+    path = Path(folder) / WEIGHTS_FILE
+    if not path.is_file():
+        raise NotASeqssmFolderError(f"{Path(folder)}: no {WEIGHTS_FILE}")
+    return load_file(str(path))
+
+
+def load_pretrained(folder: str | Path) -> nn.Module:
+    """Rebuild the SequenceModel saved in `folder` and load its weights (strictly)."""
+    from .sequence_model import SequenceModel
+
+    model = SequenceModel.from_config(read_config(folder))
+    model.load_state_dict(load_state_dict(folder))
+    return model

@@ -1,0 +1,226 @@
+"""`SequenceTask`: the LightningModule every task shares.
+
+It builds the network from a registry name plus overrides (dimensions linked from the
+DataModule), sets up AdamW with the tagged SSM groups and the warmup + cosine schedule,
+starts from pretrained weights (`init_from`), stops on a non-finite loss, and logs
+`{split}_loss` and `{split}_{metric}` for train, val and test. Subclasses say how a batch
+becomes a loss (`evaluate`) and which model outputs they need (`model_outputs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+from torchmetrics import MeanMetric
+
+from ..optim import param_groups
+from .pretrained import LoadReport, load_weights, read_weights
+from .schedule import warmup_cosine
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+class ConfigError(ValueError):
+    """A task setting is invalid; the message names the field and what to do."""
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss; raised before the optimizer step touches the weights."""
+
+
+@dataclass
+class StepResult:
+    """One batch's loss and metric, with the weights (example or token counts) for epoch averages."""
+
+    loss: torch.Tensor
+    loss_weight: float | torch.Tensor
+    metric: torch.Tensor
+    metric_weight: float | torch.Tensor
+
+
+class ExpMeanMetric(MeanMetric):
+    """exp of a weighted mean: perplexity from per-token cross-entropy."""
+
+    def compute(self) -> torch.Tensor:
+        return torch.exp(super().compute())
+
+
+def _check(cond: bool, task: str, field: str, requirement: str, value: Any) -> None:
+    if not cond:
+        raise ConfigError(f"{task}.{field} must be {requirement}, got {value!r} "
+                          f"(set `{field}:` under model.init_args in the recipe, or --model.init_args.{field})")
+
+
+class SequenceTask(L.LightningModule):
+    """Shared base of Classification, NextTokenPrediction and MaskedLM; not used directly."""
+
+    metric_name = "metric"
+    metric_class: type[MeanMetric] = MeanMetric
+    monitor_mode = "min"  # how ModelCheckpoint should rank `val_{metric_name}`
+
+    def __init__(self, model: str = "mamba-s6", model_overrides: dict[str, Any] | None = None,
+                 vocab_size: int | None = None, d_input: int | None = None, n_classes: int | None = None,
+                 pad_token_id: int | None = None, mask_token_id: int | None = None,
+                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
+                 warmup_steps: int = 0, min_lr_ratio: float = 0.1,
+                 init_from: str | None = None, init_strict: bool = True, reinit_head: bool = False,
+                 freeze_backbone: bool = False):
+        """Args:
+            model: registry name of the network (`seqssm.models.build`), e.g. "mamba-s6".
+            model_overrides: keyword overrides of that model's defaults, e.g. {d_model: 64, n_layers: 2}.
+            vocab_size, d_input, n_classes, pad_token_id, mask_token_id: from the DataModule (linked by the CLI).
+            lr: peak learning rate; tagged SSM parameters train at their tag's fraction of it.
+            weight_decay: AdamW weight decay of untagged matrices (tagged SSM parameters get their own).
+            betas: AdamW betas.
+            warmup_steps: optimizer steps of linear warmup before the cosine decay.
+            min_lr_ratio: the cosine decays to this fraction of `lr` at the last step.
+            init_from: a Lightning .ckpt or an exported seqssm folder to start from.
+            init_strict: refuse weights with missing, unexpected or differently shaped keys.
+            reinit_head: keep the head freshly initialised instead of loading it (e.g. new classes).
+            freeze_backbone: train only the head.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        name = type(self).__name__
+        _check(lr > 0 and math.isfinite(lr), name, "lr", "a positive number", lr)
+        _check(weight_decay >= 0, name, "weight_decay", ">= 0", weight_decay)
+        _check(all(0 <= b < 1 for b in betas), name, "betas", "two numbers in [0, 1)", betas)
+        _check(warmup_steps >= 0, name, "warmup_steps", ">= 0", warmup_steps)
+        _check(0 <= min_lr_ratio <= 1, name, "min_lr_ratio", "in [0, 1]", min_lr_ratio)
+        _check(vocab_size is not None or d_input is not None, name, "vocab_size or d_input",
+               "set (normally linked from the DataModule)", None)
+        self.validate_dimensions()
+        self.model = self.build_model()
+        self.check_model(self.model)
+        if freeze_backbone:
+            head = set(self.head.parameters())
+            for p in self.model.parameters():
+                p.requires_grad_(p in head)
+        self.metrics = nn.ModuleDict()
+        for split in SPLITS:
+            self.metrics[f"{split}_loss"] = MeanMetric()
+            self.metrics[f"{split}_{self.metric_name}"] = self.metric_class()
+        self.init_report: LoadReport | None = None
+        self._rng_to_restore: torch.Tensor | None = None
+
+    # -- what subclasses provide ---------------------------------------------------------------
+    def validate_dimensions(self) -> None:
+        """Raise ConfigError if the linked dimensions do not suit this task."""
+
+    def model_outputs(self) -> dict[str, Any]:
+        """Keyword arguments of `seqssm.models.build` that shape the output (head size, pooling)."""
+        raise NotImplementedError
+
+    def check_model(self, model: nn.Module) -> None:
+        """Raise ConfigError if the built network cannot serve this task."""
+
+    def evaluate(self, batch: dict[str, torch.Tensor], split: str, batch_idx: int) -> StepResult:
+        """Loss and metric of one batch."""
+        raise NotImplementedError
+
+    # -- model -----------------------------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        """The network named by `model`, with overrides and the DataModule's dimensions."""
+        from ..models import build
+
+        hp = self.hparams
+        overrides = dict(hp.model_overrides or {})
+        try:
+            return build(hp.model, vocab_size=hp.vocab_size, d_input=hp.d_input, **self.model_outputs(), **overrides)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{type(self).__name__}: cannot build model {hp.model!r} with overrides {overrides}: "
+                              f"{e}. Check `model` and `model_overrides` under model.init_args.") from e
+
+    @property
+    def head(self) -> nn.Module:
+        """The output layer of the network (re-initialised or kept trainable by the finetuning options)."""
+        head = getattr(self.model, "head", None)
+        if not isinstance(head, nn.Module):
+            raise AttributeError(f"{type(self.model).__name__} has no `head` module; reinit_head and "
+                                 "freeze_backbone need one")
+        return head
+
+    def forward(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(inputs, lengths=lengths)
+
+    # -- pretrained weights ----------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if self.hparams.init_from and self.init_report is None:
+            self.init_report = self.load_pretrained(self.hparams.init_from)
+
+    def load_pretrained(self, path: str) -> LoadReport:
+        """Load `path` into the network as `init_strict` / `reinit_head` say; logs and returns the report."""
+        skip = frozenset(f"head.{k}" for k in self.head.state_dict()) if self.hparams.reinit_head else frozenset()
+        report = load_weights(self.model, read_weights(path), strict=self.hparams.init_strict, skip=skip,
+                              source=f"init_from={path}")
+        log.info("init_from %s:\n%s", path, report)
+        return report
+
+    # -- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self):
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(param_groups(self.model, hp.lr, hp.weight_decay), lr=hp.lr, betas=hp.betas)
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, total, hp.warmup_steps, hp.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _run_split(self, batch: dict[str, torch.Tensor], split: str, batch_idx: int) -> torch.Tensor:
+        result = self.evaluate(batch, split, batch_idx)
+        loss_metric = self.metrics[f"{split}_loss"]
+        metric = self.metrics[f"{split}_{self.metric_name}"]
+        loss_metric.update(result.loss.detach(), result.loss_weight)
+        metric.update(result.metric, result.metric_weight)
+        on_step = split == "train"
+        self.log(f"{split}_loss", loss_metric, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(f"{split}_{self.metric_name}", metric, on_step=False, on_epoch=True, prog_bar=split != "train")
+        if on_step:
+            self.log("loss", result.loss.detach(), on_step=True, on_epoch=False, prog_bar=True, logger=False)
+        return result.loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self._rng_to_restore is not None:
+            # resumed: continue the interrupted run's random stream (dropout, masking) exactly
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        loss = self._run_split(batch, "train", batch_idx)
+        self.stop_if_not_finite(loss, batch_idx)
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._run_split(batch, "val", batch_idx)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._run_split(batch, "test", batch_idx)
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self(batch["inputs"], batch.get("lengths"))
+
+    def stop_if_not_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
+        """Raise NonFiniteLossError (on every rank) when the loss is NaN or inf, before any weight update."""
+        bad = self.trainer.strategy.reduce_boolean_decision(not bool(torch.isfinite(loss)), all=False)
+        if not bad:
+            return
+        ckpt = self.trainer.checkpoint_callback
+        last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else ""
+        raise NonFiniteLossError(
+            f"non-finite training loss ({loss.item()}) at global step {self.global_step} "
+            f"(epoch {self.current_epoch}, batch {batch_idx}); training stopped before this step's update. "
+            f"Last good checkpoint: {last or 'none saved yet'}. Lower model.init_args.lr, set "
+            "trainer.gradient_clip_val, or resume from the checkpoint with --ckpt_path.")
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["seqssm_rng_state"] = torch.get_rng_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("seqssm_rng_state")

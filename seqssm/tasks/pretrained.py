@@ -1,0 +1,101 @@
+"""Starting a model from pretrained weights: read a .ckpt or an exported folder safely, load with a report.
+
+Reading never unpickles code: Lightning checkpoints go through `torch.load(weights_only=True)`,
+exported folders and `.safetensors` files through safetensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+# SequenceTask keeps its network in `self.model`, so Lightning checkpoints prefix its keys with this.
+TASK_MODEL_PREFIX = "model."
+
+
+class IncompatibleWeightsError(RuntimeError):
+    """Pretrained weights do not fit the model under strict loading."""
+
+
+@dataclass
+class LoadReport:
+    """What happened to each key when loading a state dict into a model."""
+
+    loaded: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[tuple[str, tuple, tuple]] = field(default_factory=list)  # (key, weights shape, model shape)
+    skipped: list[str] = field(default_factory=list)  # deliberately not loaded (re-initialised head)
+
+    @property
+    def clean(self) -> bool:
+        """True when every model key was loaded or deliberately skipped and nothing was left over."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def __str__(self) -> str:
+        lines = [f"loaded {len(self.loaded)} tensors"]
+        if self.skipped:
+            lines.append(f"skipped (re-initialised) {len(self.skipped)}: {', '.join(self.skipped)}")
+        if self.missing:
+            lines.append(f"missing from the weights ({len(self.missing)}): {', '.join(self.missing)}")
+        if self.unexpected:
+            lines.append(f"unexpected, not in the model ({len(self.unexpected)}): {', '.join(self.unexpected)}")
+        for key, got, want in self.mismatched:
+            lines.append(f"shape mismatch: {key}: weights {list(got)} vs model {list(want)}")
+        return "\n".join(lines)
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Model state dict from a Lightning `.ckpt` (task keys unprefixed), a `.safetensors` file or an exported folder."""
+    path = Path(path)
+    if path.is_dir():
+        from ..models.hub import load_state_dict
+
+        return load_state_dict(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: no checkpoint file or exported folder at {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"init_from: {path} holds no state dict (a Lightning .ckpt or an exported folder is expected)")
+    if any(k.startswith(TASK_MODEL_PREFIX) for k in state):
+        state = {k[len(TASK_MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(TASK_MODEL_PREFIX)}
+    return state
+
+
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], strict: bool = True,
+                 skip: frozenset[str] = frozenset(), source: str = "weights") -> LoadReport:
+    """Copy matching tensors of `state` into `model` (keys in `skip` are left as initialised).
+
+    With `strict`, any missing, unexpected or shape-mismatched key raises
+    `IncompatibleWeightsError` carrying the full report, and nothing is loaded.
+    """
+    own = model.state_dict()
+    report = LoadReport()
+    to_load = {}
+    for key, value in state.items():
+        if key in skip:
+            report.skipped.append(key)
+        elif key not in own:
+            report.unexpected.append(key)
+        elif value.shape != own[key].shape:
+            report.mismatched.append((key, tuple(value.shape), tuple(own[key].shape)))
+        else:
+            to_load[key] = value
+    report.missing = [k for k in own if k not in state and k not in skip]
+    report.skipped += [k for k in skip if k in own and k not in state]
+    if strict and not report.clean:
+        raise IncompatibleWeightsError(
+            f"cannot load {source} strictly:\n{report}\n"
+            "Use matching model settings, `reinit_head: true` when only the head differs, or `init_strict: false` "
+            "to load what fits.")
+    model.load_state_dict(to_load, strict=False)
+    report.loaded = sorted(to_load)
+    return report
