@@ -149,12 +149,12 @@ class MambaBlock(SequenceLayer):
 
     def step(self, x_t, state):
         if self.bidirectional:
-            return NonCausalMixin.step(self)
+            return NonCausalMixin.scan(self)  # (its step calls self.scan(), whose signature differs here)
         xi, z = self._split(x_t)
         outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
         return self._finish(x_t, sum(o[0] for o in outs), z), self._pack([o[1] for o in outs])
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if self.bidirectional:
-            return NonCausalMixin.initial_state(self)
+            return NonCausalMixin.scan(self)
         return self._pack([b.initial_state(batch_size, device=device, dtype=dtype) for b in self.branches])

@@ -45,7 +45,7 @@ class BlockStack(SequenceLayer):
     def step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
         if not self.causal:
-            return NonCausalMixin.step(self)
+            return NonCausalMixin.scan(self)  # (its step calls self.scan(), whose signature differs here)
         states = []
         for layer, s in zip(self.layers, state):
             x_t, s = layer.step(x_t, s)
@@ -54,7 +54,7 @@ class BlockStack(SequenceLayer):
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if not self.causal:
-            return NonCausalMixin.initial_state(self)
+            return NonCausalMixin.scan(self)
         return tuple(layer.initial_state(batch_size, device=device, dtype=dtype) for layer in self.layers)
 
 

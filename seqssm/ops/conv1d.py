@@ -4,9 +4,9 @@
 
 where inputs before t = 0 come from `initial_state` (batch, dim, K - 1) (zeros when None) and a
 reset at t (resets[b, t] = True) hides every input before t from outputs at t and after.
-Backends: "reference" loops over taps; "torch" is `F.conv1d` with left padding (resets by masking
-the unfolded windows); on CUDA "auto" uses the `causal_conv1d` package when it is installed and the
-call has neither an initial state nor resets.
+Backends: "reference" runs the recurrence step by step; "torch" sums K shifted copies of the
+left-padded input (resets mask the taps); on CUDA "auto" uses the `causal_conv1d` package when it
+is installed and the call has neither an initial state nor resets.
 """
 
 from __future__ import annotations
@@ -66,21 +66,19 @@ def _final_state(xp: torch.Tensor, resets: torch.Tensor | None, k: int) -> torch
 
 
 def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
-    """The definition, tap by tap: x (batch, dim, L), weight (dim, K) -> y (batch, dim, L) [, state (batch, dim, K-1)]."""
+    """The definition, one step at a time (a reset zeroes the carried inputs before its step):
+    x (batch, dim, L), weight (dim, K) -> y (batch, dim, L) [, state (batch, dim, K-1)]."""
     _check(x, weight, bias, initial_state, resets)
     batch, dim, length = x.shape
-    k = weight.shape[1]
-    if initial_state is None:
-        initial_state = x.new_zeros(batch, dim, k - 1)
-    xp = torch.cat([initial_state.to(x.dtype), x], dim=-1)
-    mask = _source_mask(resets, length, k, x.device)
-    y = torch.zeros_like(x) if bias is None else bias[None, :, None].to(x.dtype).expand_as(x).clone()
-    for j in range(k):
-        tap = xp[..., j : j + length] * weight[None, :, j, None]
-        if mask is not None:
-            tap = tap * mask[:, None, :, j].to(x.dtype)
-        y = y + tap
-    return (y, _final_state(xp, resets, k)) if return_final_state else y
+    state = x.new_zeros(batch, dim, weight.shape[1] - 1) if initial_state is None else initial_state.to(x.dtype)
+    ys = []
+    for t in range(length):
+        if resets is not None:
+            state = state * (~resets[:, t]).to(x.dtype)[:, None, None]
+        y_t, state = causal_conv1d_step(x[..., t], state, weight, bias)
+        ys.append(y_t)
+    y = torch.stack(ys, -1) if ys else torch.zeros_like(x)
+    return (y, state) if return_final_state else y
 
 
 def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, backend: str = "auto"):
@@ -91,28 +89,28 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
         return causal_conv1d_reference(x, weight, bias, initial_state, resets, return_final_state)
     if backend not in ("auto", "torch"):
         raise ValueError(f"unknown backend {backend!r} for causal_conv1d; choose 'auto', 'torch' or 'reference'")
-    batch, dim, length = x.shape
-    k = weight.shape[1]
-    plain = initial_state is None and resets is None
-    if backend == "auto" and plain and x.is_cuda and has_causal_conv1d():
-        _log_choice("causal_conv1d", "causal_conv1d")
-        from causal_conv1d import causal_conv1d_fn
-
-        y = causal_conv1d_fn(x, weight, bias)
-        return (y, _final_state(F.pad(x, (k - 1, 0)), None, k)) if return_final_state else y
-    _log_choice("causal_conv1d", "torch")
+    length, k = x.shape[-1], weight.shape[1]
     if initial_state is None:
         xp = F.pad(x, (k - 1, 0))
     else:
         xp = torch.cat([initial_state.to(x.dtype), x], dim=-1)
-    if resets is None:
-        y = F.conv1d(xp, weight.unsqueeze(1), bias, groups=dim)
-    else:
-        windows = xp.unfold(-1, k, 1)  # (batch, dim, L, K)
-        mask = _source_mask(resets, length, k, x.device)[:, None].to(x.dtype)
-        y = torch.einsum("bdlk,dk->bdl", windows * mask, weight)
-        if bias is not None:
-            y = y + bias[None, :, None]
+    if backend == "auto" and initial_state is None and resets is None and x.is_cuda and has_causal_conv1d():
+        _log_choice("causal_conv1d", "causal_conv1d")
+        from causal_conv1d import causal_conv1d_fn
+
+        y = causal_conv1d_fn(x, weight, bias)
+        return (y, _final_state(xp, None, k)) if return_final_state else y
+    _log_choice("causal_conv1d", "torch")
+    # A sum of K shifted, scaled copies: with K = 4 this is as fast as F.conv1d forward on large
+    # inputs and far faster on small ones and in the backward pass (measured on CPU: depthwise
+    # conv1d backward took >10x longer at (16, 232, 1024)); masking a tap implements resets.
+    mask = _source_mask(resets, length, k, x.device)
+    y = None
+    for j in range(k):
+        w = weight[:, j, None] if mask is None else weight[:, j, None] * mask[:, None, :, j].to(x.dtype)
+        y = xp[..., j : j + length] * w if y is None else y.addcmul(xp[..., j : j + length], w)
+    if bias is not None:
+        y = y + bias[:, None]
     return (y, _final_state(xp, resets, k)) if return_final_state else y
 
 

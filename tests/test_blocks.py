@@ -1,0 +1,197 @@
+"""Blocks: the causal conv op, Mamba (plain / placebo / bidirectional / RoPE) and Simple blocks, stacks."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seqssm.blocks import BlockStack, FeatureDropout, MambaBlock, SimpleBlock, flip_within_lengths, make_stack
+from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_reference, causal_conv1d_step
+from seqssm.testing import check_layer_contract
+
+D = 8
+
+
+def _resets(batch, length):
+    r = torch.zeros(batch, length, dtype=torch.bool)
+    r[0, 3], r[0, 7], r[1, 1] = True, True, True
+    return r
+
+
+# --- causal_conv1d -------------------------------------------------------------------------
+
+
+def test_conv_reference_is_causal_left_padded_depthwise_conv():
+    x, w, b = torch.randn(2, 3, 10, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    expected = torch.stack(
+        [torch.stack([b[d] + sum(w[d, k] * x[:, d, t - 3 + k] for k in range(4) if t - 3 + k >= 0) for t in range(10)], -1) for d in range(3)],
+        1,
+    )
+    torch.testing.assert_close(causal_conv1d_reference(x, w, b), expected)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("with_resets", [False, True])
+def test_conv_fast_path_matches_reference(with_state, with_resets):
+    x, w, b = torch.randn(2, 5, 11, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    s0 = torch.randn(2, 5, 3, dtype=torch.float64) if with_state else None
+    r = _resets(2, 11) if with_resets else None
+    y_ref, s_ref = causal_conv1d_reference(x, w, b, s0, r, return_final_state=True)
+    y, s = causal_conv1d(x, w, b, s0, r, return_final_state=True, backend="torch")
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(s, s_ref)
+
+
+def test_conv_step_loop_and_reset_semantics():
+    x, w, b = torch.randn(2, 5, 9, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    s0 = torch.randn(2, 5, 3, dtype=torch.float64)
+    y, s_end = causal_conv1d(x, w, b, s0, return_final_state=True)
+    state, ys = s0, []
+    for t in range(9):
+        y_t, state = causal_conv1d_step(x[:, :, t], state, w, b)
+        ys.append(y_t)
+    torch.testing.assert_close(torch.stack(ys, -1), y)
+    torch.testing.assert_close(state, s_end)
+    # A reset at 5: outputs from 5 on equal a fresh run of x[5:], whatever came before.
+    r = torch.zeros(2, 9, dtype=torch.bool)
+    r[:, 5] = True
+    y_r = causal_conv1d(x, w, b, s0, r)
+    torch.testing.assert_close(y_r[..., 5:], causal_conv1d(x[..., 5:], w, b))
+    torch.testing.assert_close(y_r[..., :5], y[..., :5])
+
+
+# --- layer contract ---------------------------------------------------------------------------
+
+CAUSAL_BLOCKS = {
+    "mamba-s6": lambda: MambaBlock(D, "s6", d_state=4),
+    "mamba-s4d": lambda: MambaBlock(D, "s4d", d_state=4),
+    "mamba-s4": lambda: MambaBlock(D, "s4", d_state=4),
+    "mamba-s6-placebo": lambda: MambaBlock(D, "s6", d_state=4, placebo=True),
+    "mamba-s6-rope": lambda: MambaBlock(D, "s6", d_state=4, rope={}),
+    "mamba-s6-rope-B-delta": lambda: MambaBlock(D, "s6", d_state=4, rope={"targets": ["B", "delta"]}),
+    "mamba-s4d-rope-normed-trainable": lambda: MambaBlock(D, "s4d", d_state=4, rope={"normalize_len": 13, "trainable": True, "base": 10}),
+    "mamba-s6-fp32-residual-layernorm": lambda: MambaBlock(D, "s6", d_state=4, residual_in_fp32=True, rms_norm=False, proj_bias=True),
+    "simple-s4d": lambda: SimpleBlock(D, "s4d", d_state=4),
+    "simple-s4": lambda: SimpleBlock(D, "s4", d_state=4),
+    "simple-s4d-rope": lambda: SimpleBlock(D, "s4d", d_state=4, rope={}),
+}
+
+
+@pytest.mark.parametrize("name", CAUSAL_BLOCKS)
+def test_causal_blocks_obey_the_layer_contract(name):
+    block = CAUSAL_BLOCKS[name]().double()
+    y = check_layer_contract(block, D)
+    assert y.shape == (2, 13, D)
+
+
+@pytest.mark.parametrize("block", ["mamba", "simple"])
+def test_stacks_obey_the_layer_contract(block):
+    stack = make_stack(block, D, 2, ssp="s4d", d_state=4).double()
+    check_layer_contract(stack, D)
+    state = stack.initial_state(3)
+    assert isinstance(state, tuple) and len(state) == 2
+
+
+def test_mamba_state_layout():
+    block = MambaBlock(D, "s6", d_state=4, expand=2, d_conv=4)
+    conv, ssp = block.initial_state(3)
+    assert conv.shape == (3, 2 * D, 3) and ssp.shape == (3, 2 * D, 4)
+    _, (conv, ssp) = block.scan(torch.randn(3, 6, D))
+    assert conv.shape == (3, 2 * D, 3) and ssp.shape == (3, 2 * D, 4)
+    placebo = MambaBlock(D, "s6", d_state=4, placebo=True).initial_state(3)
+    assert len(placebo) == 2 and all(s[0].shape == (3, 2 * D, 3) for s in placebo)
+
+
+def test_reset_zeroes_the_conv_state_too():
+    """With a reset at t, what came before t must not reach outputs >= t through the conv taps."""
+    block = MambaBlock(D, "s4d", d_state=4).double()
+    x = torch.randn(1, 10, D, dtype=torch.float64)
+    x_other = x.clone()
+    x_other[:, :6] = torch.randn(1, 6, D, dtype=torch.float64)
+    r = torch.zeros(1, 10, dtype=torch.bool)
+    r[0, 6] = True
+    y1, s1 = block.scan(x, None, r)
+    y2, s2 = block.scan(x_other, None, r)
+    torch.testing.assert_close(y1[:, 6:], y2[:, 6:])
+    assert not torch.allclose(y1[:, :6], y2[:, :6])
+
+
+# --- bidirectional / placebo ------------------------------------------------------------------
+
+
+def test_flip_within_lengths_reverses_valid_part_only():
+    x = torch.arange(12.0).view(2, 6, 1)
+    out = flip_within_lengths(x, torch.tensor([4, 6]))
+    assert out[0, :, 0].tolist() == [3, 2, 1, 0, 4, 5]
+    assert out[1, :, 0].tolist() == [11, 10, 9, 8, 7, 6]
+    torch.testing.assert_close(flip_within_lengths(out, torch.tensor([4, 6])), x)
+
+
+@pytest.mark.parametrize("ssp", ["s6", "s4d"])
+def test_bidirectional_is_non_causal_and_has_no_recurrence(ssp):
+    block = MambaBlock(D, ssp, d_state=4, bidirectional=True).double()
+    x = torch.randn(2, 9, D, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, -1] += 1.0
+    assert not torch.allclose(block(x)[:, 0], block(x2)[:, 0])
+    for call in (lambda: block.scan(x), lambda: block.step(x[:, 0], None), lambda: block.initial_state(2)):
+        with pytest.raises(NotImplementedError, match="bidirectional"):
+            call()
+    stack = BlockStack([block], torch.nn.Identity())
+    assert not stack.causal
+    with pytest.raises(NotImplementedError, match="bidirectional"):
+        stack.scan(x)
+
+
+def test_bidirectional_is_the_sum_of_a_forward_and_a_flipped_branch():
+    block = MambaBlock(D, "s6", d_state=4, bidirectional=True, dropout=0.0).double()
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    xi, z = block.in_proj(block.norm(x)).chunk(2, -1)
+    fwd, bwd = block.branches
+    y = fwd(xi) + bwd(xi.flip(1)).flip(1)
+    torch.testing.assert_close(block(x), x + block.out_proj(y * F.silu(z)))
+
+
+def test_placebo_has_the_parameters_of_bidirectional_and_no_flips():
+    bi = MambaBlock(D, "s6", d_state=4, bidirectional=True).double()
+    placebo = MambaBlock(D, "s6", d_state=4, placebo=True).double()
+    placebo.load_state_dict(bi.state_dict())  # same names and shapes
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    xi, z = placebo.in_proj(placebo.norm(x)).chunk(2, -1)
+    y = placebo.branches[0](xi) + placebo.branches[1](xi)
+    torch.testing.assert_close(placebo(x), x + placebo.out_proj(y * F.silu(z)))
+    assert not torch.allclose(placebo(x), bi(x))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_block_right_padding_does_not_change_valid_outputs(bidirectional):
+    block = MambaBlock(D, "s6", d_state=4, bidirectional=bidirectional).double()
+    x = torch.randn(2, 9, D, dtype=torch.float64)
+    lengths = torch.tensor([5, 9])
+    y = block(x, lengths=lengths)
+    torch.testing.assert_close(y[:1, :5], block(x[:1, :5]))
+    torch.testing.assert_close(y[1:], block(x[1:]))
+
+
+# --- dropout ---------------------------------------------------------------------------------
+
+
+def test_feature_dropout_zeroes_whole_features_and_is_identity_in_eval():
+    drop = FeatureDropout(0.5)
+    x = torch.ones(4, 20, 32)
+    y = drop(x)
+    zeroed = y[:, 0] == 0
+    assert zeroed.any() and (~zeroed).any()
+    assert torch.equal(y == 0, zeroed.unsqueeze(1).expand_as(y))
+    assert torch.allclose(y[~(y == 0)], torch.tensor(2.0))
+    drop.eval()
+    assert torch.equal(drop(x), x)
+
+
+def test_mamba_dropout_sits_after_the_ssp():
+    block = MambaBlock(D, "s6", d_state=4, dropout=0.999).train()
+    x = torch.randn(2, 5, D)
+    torch.manual_seed(1)
+    # With nearly every SSP feature dropped the block is (almost surely) the identity map.
+    torch.testing.assert_close(block(x), x)
+    block.eval()
+    assert not torch.allclose(block(x), x)
