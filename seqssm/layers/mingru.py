@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence
+from seqssm.layers.s4d import compute_dtype
 from seqssm.ops.linear import linear_scan
 
 
@@ -29,7 +30,8 @@ class MinGRU(SequenceLayer):
 
     def _gates(self, x: torch.Tensor):
         """x (..., d_model) -> the decay 1 - z and the input z h̃, each (..., d_hidden)."""
-        k, h_tilde = self.in_proj(x).chunk(2, dim=-1)
+        # The recurrence runs in at least float32 even under autocast: bf16 decays drift over long sequences.
+        k, h_tilde = self.in_proj(x).to(compute_dtype(x.dtype, self.in_proj.weight.dtype)).chunk(2, dim=-1)
         # σ(-k) rather than 1 - σ(k): exact when the gate saturates near 1.
         return torch.sigmoid(-k), torch.sigmoid(k) * h_tilde
 
@@ -49,6 +51,6 @@ class MinGRU(SequenceLayer):
         return self.out_proj(h), h
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
-        """Zeros (batch_size, d_hidden) in the parameters' dtype unless `dtype` is given."""
+        """Zeros (batch_size, d_hidden) in the compute dtype of `dtype` (default: the parameters')."""
         w = self.in_proj.weight
-        return torch.zeros(batch_size, self.d_hidden, device=device or w.device, dtype=dtype or w.dtype)
+        return torch.zeros(batch_size, self.d_hidden, device=device or w.device, dtype=compute_dtype(dtype or w.dtype))
