@@ -1,9 +1,7 @@
 """CIFAR-10 pickles, MNIST IDX files, PNG codec and Pathfinder (reader and generator)."""
 
-import gzip
 import pickle
 import struct
-import warnings
 import zlib
 
 import numpy as np

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
