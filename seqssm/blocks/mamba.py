@@ -115,7 +115,8 @@ class MambaBlock(SequenceLayer):
         return not self.bidirectional
 
     def _split(self, x):
-        return self.in_proj(self.norm(x)).chunk(2, dim=-1)
+        # The norm reads the residual stream in its own dtype (float32 stream, lower-precision weights).
+        return self.in_proj(self.norm(x.to(self.norm.weight.dtype))).chunk(2, dim=-1)
 
     def _finish(self, residual, y, z):
         out = self.out_proj(self.dropout(y) * F.silu(z))

@@ -25,11 +25,16 @@ class BlockStack(SequenceLayer):
     def causal(self) -> bool:
         return all(layer.causal for layer in self.layers)
 
+    def _final(self, x: torch.Tensor) -> torch.Tensor:
+        weight = getattr(self.norm_f, "weight", None)
+        # A float32 residual stream (residual_in_fp32) leaves through the norm in the model's dtype.
+        return self.norm_f(x if weight is None else x.to(weight.dtype))
+
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) for right-padded batches (only bidirectional blocks need them)."""
         for layer in self.layers:
             x = layer(x, lengths=lengths)
-        return self.norm_f(x)
+        return self._final(x)
 
     def scan(self, x, state=None, resets=None):
         """x (B, L, d_model), state (tuple per block, or None) -> (y (B, L, d_model), state)."""
@@ -40,7 +45,7 @@ class BlockStack(SequenceLayer):
         for layer, s in zip(self.layers, (None,) * len(self.layers) if state is None else state):
             x, s = layer.scan(x, s, resets)
             states.append(s)
-        return self.norm_f(x), tuple(states)
+        return self._final(x), tuple(states)
 
     def step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
@@ -50,7 +55,7 @@ class BlockStack(SequenceLayer):
         for layer, s in zip(self.layers, state):
             x_t, s = layer.step(x_t, s)
             states.append(s)
-        return self.norm_f(x_t), tuple(states)
+        return self._final(x_t), tuple(states)
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if not self.causal:
