@@ -2,6 +2,7 @@
 reference, a fast pure-PyTorch path and, where installed, the mamba_ssm CUDA path."""
 
 from seqssm.ops.backend import BACKENDS, resolve_backend
+from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_reference, causal_conv1d_step
 from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.linear import linear_scan, linear_scan_reference
 from seqssm.ops.ssm_kernels import dense_kernel, dplr_kernel, s4d_kernel
@@ -19,4 +20,7 @@ __all__ = [
     "s4d_kernel",
     "dplr_kernel",
     "dense_kernel",
+    "causal_conv1d",
+    "causal_conv1d_reference",
+    "causal_conv1d_step",
 ]
