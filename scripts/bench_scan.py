@@ -57,11 +57,11 @@ def worker(backend: str, length: int, repeats: int, batch: int, dim: int, n: int
     else:
         run = lambda: selective_scan(u, delta, A, B, C, D, backend=backend)  # noqa: E731
     # One small warm-up call loads kernels and thread pools, which are not the scan's memory.
-    warm = [x.detach()[..., :8].contiguous() if x.ndim == 3 else x.detach() for x in (u, delta, A, B, C, D)]
+    warm = [(x.detach()[..., :8] if x.ndim == 3 else x.detach()).clone().requires_grad_() for x in (u, delta, A, B, C, D)]
     if backend == "mambapy":
-        _mambapy_scan(*warm)
+        _mambapy_scan(*warm).sum().backward()
     else:
-        selective_scan(*warm, backend=backend)
+        selective_scan(*warm, backend=backend).sum().backward()
     base = _rss_bytes()
     times = []
     for _ in range(repeats):
