@@ -99,7 +99,7 @@ class ScanCall(torch.nn.Module):
 @pytest.mark.parametrize("masked", [False, True], ids=["plain", "resets-mask"])
 @pytest.mark.parametrize("name", LAYERS)
 def test_gradcheck(name, masked):
-    """Gradients of outputs and final state w.r.t. input, parameters and carried state, with or without resets and a mask."""
+    """d(outputs, final state) / d(input, parameters, carried state), with or without resets and a mask."""
     call = ScanCall(make(name))
     names = [n for n, _ in call.named_parameters()]
     start = call.layer.scan(rand(2, 3, H, seed=2))[1]
@@ -153,7 +153,8 @@ def test_kalman_long_float32_stays_accurate():
     x = rand(2, 3000, H, dtype=torch.float32) * 6
     with torch.no_grad():
         y, (m, P) = layer.scan(x)
-        y_ref, (m_ref, P_ref) = kalman_reference(layer.double(), x.double(), *layer.initial_state(2, dtype=torch.float64))
+        prior = layer.initial_state(2, dtype=torch.float64)
+        y_ref, (m_ref, P_ref) = kalman_reference(layer.double(), x.double(), *prior)
     assert torch.isfinite(y).all()
     torch.testing.assert_close(P.double(), P_ref, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(y.double(), y_ref, rtol=1e-3, atol=1e-4)
@@ -218,8 +219,9 @@ def test_s5_conjugate_symmetry_equals_the_full_system():
         full.log_Lambda_real.copy_(half.log_Lambda_real.repeat(2))
         full.Lambda_imag.copy_(torch.cat([half.Lambda_imag, -half.Lambda_imag]))
         full.log_dt.copy_(half.log_dt.repeat(2))
-        full.B.copy_(torch.view_as_real(torch.cat([torch.view_as_complex(half.B), torch.view_as_complex(half.B).conj()])))
-        full.C.copy_(torch.view_as_real(torch.cat([torch.view_as_complex(half.C), torch.view_as_complex(half.C).conj()], 1)))
+        B, C = torch.view_as_complex(half.B), torch.view_as_complex(half.C)
+        full.B.copy_(torch.view_as_real(torch.cat([B, B.conj()])))
+        full.C.copy_(torch.view_as_real(torch.cat([C, C.conj()], 1)))
         full.D.copy_(half.D)
     x = rand(2, 19, H)
     torch.testing.assert_close(full(x), half(x), rtol=1e-10, atol=1e-12)

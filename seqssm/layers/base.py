@@ -74,7 +74,7 @@ def check_mask(mask: torch.Tensor | None, batch: int, length: int) -> torch.Tens
 
 
 def mask_recurrence(mask: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, resets: torch.Tensor | None = None):
-    """Skip masked steps of h_t = a_t h_{t-1} + b_t: -> (a, b, resets) with a_t = 1, b_t = 0, no reset where mask is False.
+    """Skip masked steps of h_t = a_t h_{t-1} + b_t: -> (a, b, resets), a_t = 1, b_t = 0, no reset where mask is False.
 
     mask (B, L) bool, True = valid; a broadcastable to b (B, L, ...). A skipped step passes the state
     through unchanged, which is the masked associative operator of seed 002 section 4.3 written on

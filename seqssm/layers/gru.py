@@ -26,7 +26,7 @@ class GRU(SequenceLayer):
         self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
-        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) bool -> (y (B, L, d_model), final state).
+        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) -> (y (B, L, d_model), final state).
 
         Masked steps leave the state unchanged and output zeros.
         """

@@ -100,7 +100,8 @@ class KalmanLayer(SequenceLayer):
         super().__init__()
         if init_var <= 0:
             raise ValueError(f"init_var must be positive, got {init_var}")
-        self.d_model, self.d_state, self.init_var, self.update, self.backend = d_model, d_state, init_var, update, backend
+        self.d_model, self.d_state, self.init_var = d_model, d_state, init_var
+        self.update, self.backend = update, backend
         self.in_proj = nn.Linear(d_model, (3 if update else 1) * d_state)  # u (and w, raw r)
         self.log_neg_A = nn.Parameter(torch.log(torch.arange(1.0, d_state + 1)))
         self.B = nn.Parameter(torch.ones(d_state))
@@ -150,15 +151,14 @@ class KalmanLayer(SequenceLayer):
         u, w, r = signals
         m0, P0 = state
         a2 = dA * dA
-        ones = torch.ones_like(r)
+        ones, zero = torch.ones_like(r), torch.zeros_like(r)
         # M_t = [[r ā², r q], [ā², q + r]] acting on P_(t-1).
         M = (r * a2, r * q, a2 * ones, q + r)
         if resets is not None:
             if mask is not None:
                 resets = resets & mask  # a padded step must not clear the belief
-            # M_t ∘ (P -> init_var): both columns become M_t [init_var, 1]^T scaled into column 2.
+            # M_t ∘ (P -> init_var) = M_t [[0, init_var], [0, 1]]: a constant map, column 1 zero.
             keep = ~resets.unsqueeze(-1)
-            zero = torch.zeros_like(r)
             M = (
                 torch.where(keep, M[0], zero),
                 torch.where(keep, M[1], M[0] * self.init_var + M[1]),
@@ -167,7 +167,7 @@ class KalmanLayer(SequenceLayer):
             )
         if mask is not None:
             valid = mask.unsqueeze(-1)
-            M = tuple(torch.where(valid, e, identity) for e, identity in zip(M, (ones, 0 * ones, 0 * ones, ones)))
+            M = tuple(torch.where(valid, e, identity) for e, identity in zip(M, (ones, zero, zero, ones)))
         Ma, Mb, Mc, Md = associative_scan(mobius_compose, M)
         P0 = P0.unsqueeze(1)
         P = (Ma * P0 + Mb) / (Mc * P0 + Md)  # posterior variances P_t, (B, L, N)

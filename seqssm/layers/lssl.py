@@ -41,7 +41,9 @@ def krylov(A: torch.Tensor, v: torch.Tensor, L: int) -> torch.Tensor:
 class LSSL(SequenceLayer):
     """Dense HiPPO-LegS SSM per channel: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state)."""
 
-    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1, fixed: bool = False):
+    def __init__(
+        self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1, fixed: bool = False
+    ):
         super().__init__()
         self.d_model, self.d_state, self.fixed = d_model, d_state, fixed
         A, B = hippo_legs(d_state, torch.float32)
@@ -82,7 +84,7 @@ class LSSL(SequenceLayer):
                 if h0 is not None:
                     free = krylov(dA.mT, C, L + 1)[:, 1:]  # (H, L, N): rows C Ā^(t+1)
                     y = y + torch.einsum("htn,bhn->bth", free, h0)
-                    h = h + (torch.linalg.matrix_power(dA, L) @ h0.unsqueeze(-1)).squeeze(-1)
+                    h = h + torch.einsum("hnm,bhm->bhn", torch.linalg.matrix_power(dA, L), h0)
                 return y.to(x.dtype), h
             h = torch.zeros(batch, self.d_model, self.d_state, dtype=dtype, device=x.device) if h0 is None else h0
             if resets is not None and mask is not None:
@@ -100,7 +102,8 @@ class LSSL(SequenceLayer):
     @staticmethod
     def _step(dA, dB, C, D, u_t, h):
         """One step of the discrete system: u_t (B, H), h (B, H, N) -> (y_t (B, H), next h)."""
-        h = (dA @ h.unsqueeze(-1)).squeeze(-1) + dB * u_t.unsqueeze(-1)
+        # einsum, not dA @ h[..., None]: broadcast matmul copies Ā once per batch element.
+        h = torch.einsum("hnm,bhm->bhn", dA, h) + dB * u_t.unsqueeze(-1)
         return (h * C).sum(-1) + D * u_t, h
 
     def step(self, x_t: torch.Tensor, state: torch.Tensor):

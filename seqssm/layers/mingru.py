@@ -36,7 +36,7 @@ class MinGRU(SequenceLayer):
         return torch.sigmoid(-k), torch.sigmoid(k) * h_tilde
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
-        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) bool -> (y (B, L, d_model), final state)."""
+        """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) -> (y (B, L, d_model), final state)."""
         batch, length, _ = x.shape
         resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
         a, b = self._gates(x)
