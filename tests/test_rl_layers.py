@@ -73,6 +73,10 @@ def test_masked_scan_equals_per_sequence_scans(name):
     resets[1, 9] = True  # on padding: must be ignored
     start = layer.scan(rand(3, 5, H, seed=2))[1]  # a carried, nonzero state
     y, s = layer.scan(x, start, resets=resets, mask=mask)
+    y_all, s_all = layer.scan(x, start, resets=resets, mask=torch.ones_like(mask))
+    y_none, s_none = layer.scan(x, start, resets=resets)
+    torch.testing.assert_close(y_all, y_none, rtol=0, atol=0)
+    assert_close_states(s_all, s_none, rtol=0, atol=0)
 
     x_other = torch.where(mask[..., None], x, rand(3, L, H, seed=3) * 100)
     y_other, s_other = layer.scan(x_other, start, resets=resets, mask=mask)

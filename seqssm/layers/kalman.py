@@ -85,6 +85,7 @@ def mobius_compose(first: Elems, then: Elems) -> Elems:
 class KalmanLayer(SequenceLayer):
     """Kalman filter layer: x (B, L, d_model) -> y (B, L, d_model); state (mean, variance), each (B, d_state).
 
+    dt_init is Δ̃ at init (Δ = softplus(Δ̃)); init_var is the prior variance that resets return to.
     update=False gives vSSM (prefer the `vSSM` class), whose state is the mean (B, d_state) alone.
     """
 
