@@ -185,6 +185,9 @@ class SequenceTask(L.LightningModule):
         self.log(f"{split}_{self.metric_name}", metric, on_step=False, on_epoch=True, prog_bar=split != "train")
         if on_step:
             self.log("loss", result.loss.detach(), on_step=True, on_epoch=False, prog_bar=True, logger=False)
+            # the largest group lr is the untagged parameters' (tagged SSM groups run at a fraction of it)
+            lr = max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
+            self.log("lr", lr, on_step=True, on_epoch=False)
         return result.loss
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -220,6 +223,7 @@ class SequenceTask(L.LightningModule):
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["seqssm_task"] = type(self).__name__
         checkpoint["seqssm_rng_state"] = torch.get_rng_state()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
