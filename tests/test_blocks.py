@@ -11,6 +11,10 @@ from seqssm.testing import check_layer_contract
 D = 8
 
 
+def _conv_inputs(batch, dim, length):
+    return tuple(torch.randn(*shape, dtype=torch.float64) for shape in ((batch, dim, length), (dim, 4), (dim,)))
+
+
 def _resets(batch, length):
     r = torch.zeros(batch, length, dtype=torch.bool)
     r[0, 3], r[0, 7], r[1, 1] = True, True, True
@@ -21,18 +25,18 @@ def _resets(batch, length):
 
 
 def test_conv_reference_is_causal_left_padded_depthwise_conv():
-    x, w, b = torch.randn(2, 3, 10, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
-    expected = torch.stack(
-        [torch.stack([b[d] + sum(w[d, k] * x[:, d, t - 3 + k] for k in range(4) if t - 3 + k >= 0) for t in range(10)], -1) for d in range(3)],
-        1,
-    )
+    x, w, b = _conv_inputs(2, 3, 10)
+    expected = torch.zeros(2, 3, 10, dtype=torch.float64)
+    for d in range(3):
+        for t in range(10):
+            expected[:, d, t] = b[d] + sum(w[d, k] * x[:, d, t - 3 + k] for k in range(4) if t - 3 + k >= 0)
     torch.testing.assert_close(causal_conv1d_reference(x, w, b), expected)
 
 
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("with_resets", [False, True])
 def test_conv_fast_path_matches_reference(with_state, with_resets):
-    x, w, b = torch.randn(2, 5, 11, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    x, w, b = _conv_inputs(2, 5, 11)
     s0 = torch.randn(2, 5, 3, dtype=torch.float64) if with_state else None
     r = _resets(2, 11) if with_resets else None
     y_ref, s_ref = causal_conv1d_reference(x, w, b, s0, r, return_final_state=True)
@@ -42,7 +46,7 @@ def test_conv_fast_path_matches_reference(with_state, with_resets):
 
 
 def test_conv_step_loop_and_reset_semantics():
-    x, w, b = torch.randn(2, 5, 9, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    x, w, b = _conv_inputs(2, 5, 9)
     s0 = torch.randn(2, 5, 3, dtype=torch.float64)
     y, s_end = causal_conv1d(x, w, b, s0, return_final_state=True)
     state, ys = s0, []

@@ -39,7 +39,8 @@ def _check(x, weight, bias, initial_state, resets):
     if bias is not None and bias.shape != (dim,):
         raise ValueError(f"bias must be (dim,) = ({dim},), got {tuple(bias.shape)}")
     if initial_state is not None and initial_state.shape != (batch, dim, weight.shape[1] - 1):
-        raise ValueError(f"initial_state must be (batch, dim, K-1) = ({batch}, {dim}, {weight.shape[1] - 1}), got {tuple(initial_state.shape)}")
+        expected = (batch, dim, weight.shape[1] - 1)
+        raise ValueError(f"initial_state must be (batch, dim, K-1) = {expected}, got {tuple(initial_state.shape)}")
     if resets is not None and resets.shape != (batch, length):
         raise ValueError(f"resets must be (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
 
