@@ -49,10 +49,10 @@ class NonCausalMixin:
         )
 
     def step(self, *args, **kwargs):
-        self.scan()
+        NonCausalMixin.scan(self)
 
     def initial_state(self, *args, **kwargs):
-        self.scan()
+        NonCausalMixin.scan(self)
 
 
 def check_resets(resets: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
