@@ -1,0 +1,201 @@
+"""Recurrent actor-critic: observation encoder -> memory core (any seqssm causal stack) -> actor and critic heads.
+
+Rollouts call `act` once per environment step, which advances the core with `step`; PPO updates
+call `evaluate` on a stored rollout, which runs the core's `scan` from the stored start state
+with the episode starts as resets (the resettable scan of seed 001 section 3.1). Both reset the
+core to its initial state where an episode starts, so the two give the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from seqssm.models.sequence_model import SequenceModel
+from seqssm.rl.core import CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
+
+ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+SUPPORTED_ACTIONS = "Discrete, MultiDiscrete or a 1-d Box"
+
+
+def mlp(sizes: Sequence[int], activation: str, last_activation: bool) -> nn.Sequential:
+    """Linear layers through `sizes` with `activation` between them (and after the last if last_activation)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {tuple(ACTIVATIONS)}")
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if last_activation or i < len(sizes) - 2:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ActionHead(nn.Module):
+    """Features (..., d) -> a torch distribution over one action of `space` whose log_prob / entropy are (...)."""
+
+    def __init__(self, space: spaces.Space, d_in: int, hidden: Sequence[int], activation: str):
+        super().__init__()
+        if np.any(getattr(space, "start", 0) != 0):
+            raise ValueError(f"unsupported action space {space}: discrete actions must start at 0")
+        if isinstance(space, spaces.Discrete):
+            self.kind, self.sizes = "discrete", [int(space.n)]
+        elif isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+            self.kind, self.sizes = "multi", [int(n) for n in space.nvec]
+        elif isinstance(space, spaces.Box) and len(space.shape) == 1:
+            self.kind, self.sizes = "box", [int(space.shape[0])]
+        else:
+            raise ValueError(f"unsupported action space {space}; the actor handles {SUPPORTED_ACTIONS}")
+        self.net = mlp([d_in, *hidden, sum(self.sizes)], activation, last_activation=False)
+        # Small last layer: the initial policy is near uniform (CleanRL's std 0.01 actor init, by scale).
+        with torch.no_grad():
+            self.net[-1].weight.mul_(0.01)
+            self.net[-1].bias.zero_()
+        self.log_std = nn.Parameter(torch.zeros(self.sizes[0])) if self.kind == "box" else None
+
+    def distribution(self, h: torch.Tensor) -> "Policy":
+        """h (..., d) -> the policy at every position of h."""
+        out = self.net(h)
+        if self.kind == "box":
+            return Policy(self.kind, [Normal(out, self.log_std.exp().expand_as(out))])
+        return Policy(self.kind, [Categorical(logits=part) for part in out.split(self.sizes, dim=-1)])
+
+
+@dataclass
+class Policy:
+    """A distribution over one action. kind "discrete": one Categorical, action (...) long; "multi":
+    independent Categoricals, action (..., k) long; "box": a diagonal Normal, action (..., k) float."""
+
+    kind: str
+    dists: list
+
+    def sample(self, deterministic: bool = False) -> torch.Tensor:
+        if self.kind == "box":
+            return self.dists[0].mean if deterministic else self.dists[0].sample()
+        picks = [d.probs.argmax(-1) if deterministic else d.sample() for d in self.dists]
+        return picks[0] if self.kind == "discrete" else torch.stack(picks, dim=-1)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        if self.kind == "box":
+            return self.dists[0].log_prob(action).sum(-1)
+        if self.kind == "discrete":
+            return self.dists[0].log_prob(action)
+        return sum(d.log_prob(action[..., i]) for i, d in enumerate(self.dists))
+
+    def entropy(self) -> torch.Tensor:
+        if self.kind == "box":
+            return self.dists[0].entropy().sum(-1)
+        return sum(d.entropy() for d in self.dists)
+
+
+@dataclass
+class ActOutput:
+    """One rollout step for B environments: action (B, ...), log_prob (B,), value (B,), the next core state."""
+
+    action: torch.Tensor
+    log_prob: torch.Tensor
+    value: torch.Tensor
+    state: object
+
+
+@dataclass
+class EvaluateOutput:
+    """A stored rollout re-run: log_prob, entropy, value (B, L) and the core state after the last step."""
+
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    value: torch.Tensor
+    state: object = field(repr=False)
+
+
+class ActorCritic(nn.Module):
+    """obs (B, obs_dim) -> encoder MLP -> core (B, d_model) -> actor distribution and critic value.
+
+    core: any module with the layer contract on (B, L, d_model) (a layer, a BlockStack from
+    `seqssm.rl.build_core` or `seqssm.blocks`), or a causal SequenceModel, whose backbone is used.
+    observation_space: the flat Box that `seqssm.rl.make_env` produces (observation, previous
+    action, previous reward, start flag). action_space: Discrete, MultiDiscrete or a 1-d Box
+    (Gaussian policy with a learned, state-independent std). Defaults follow seed 001 table 3 in
+    shape (encoder [128, 256 = d_model], heads [128, 128], LeakyReLU).
+    """
+
+    def __init__(
+        self,
+        core: nn.Module,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        d_model: int | None = None,
+        encoder: Sequence[int] = (128,),
+        actor: Sequence[int] = (128, 128),
+        critic: Sequence[int] = (128, 128),
+        activation: str = "leaky_relu",
+    ):
+        super().__init__()
+        if isinstance(core, SequenceModel):
+            core = core.backbone
+        if not getattr(core, "causal", True):
+            raise ValueError("the agent's core must be causal: a bidirectional stack has no recurrent state")
+        if not (isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 1):
+            raise ValueError(f"ActorCritic reads flat observations, got {observation_space}; build environments "
+                             "with seqssm.rl.make_env / make_vector_env (they flatten and add the previous action)")
+        self.observation_space, self.action_space = observation_space, action_space
+        self.d_model = d_model or core_width(core)
+        self.encoder = mlp([observation_space.shape[0], *encoder, self.d_model], activation, last_activation=True)
+        self.core = core
+        self.actor = ActionHead(action_space, self.d_model, actor, activation)
+        self.critic = mlp([self.d_model, *critic, 1], activation, last_activation=False)
+
+    def initial_state(self, batch_size: int, device=None):
+        """The core's initial state for batch_size environments."""
+        p = next(self.parameters())
+        return self.core.initial_state(batch_size, device=device or p.device, dtype=p.dtype)
+
+    def act(self, obs: torch.Tensor, state, done: torch.Tensor | None = None, deterministic: bool = False) -> ActOutput:
+        """obs (B, obs_dim), core state, done (B,) bool = obs starts a new episode (state reset first) -> ActOutput."""
+        if done is not None and bool(done.any()):
+            state = reset_state(state, self.initial_state(obs.shape[0], obs.device), done)
+        h, state = self.core.step(self.encoder(obs), state)
+        policy = self.actor.distribution(h)
+        action = policy.sample(deterministic)
+        return ActOutput(action, policy.log_prob(action), self.critic(h).squeeze(-1), state)
+
+    def evaluate(self, obs: torch.Tensor, start_state, dones: torch.Tensor, actions: torch.Tensor) -> EvaluateOutput:
+        """obs (B, L, obs_dim) from `start_state`, dones (B, L) bool (episode starts: resets), actions (B, L, ...)
+        -> EvaluateOutput with (B, L) log-probs of `actions`, entropies and values."""
+        h, state = self.core.scan(self.encoder(obs), start_state, resets=dones)
+        policy = self.actor.distribution(h)
+        return EvaluateOutput(policy.log_prob(actions), policy.entropy(), self.critic(h).squeeze(-1), state)
+
+
+@dataclass
+class AgentConfig:
+    """What `build_agent` builds: the core (or `core_init_from`: a `seqssm fit` checkpoint or exported folder,
+    whose backbone replaces `core`), MLP sizes of the encoder (before the core's d_model) and heads."""
+
+    core: CoreConfig = field(default_factory=CoreConfig)
+    core_init_from: str | None = None
+    encoder: list[int] = field(default_factory=lambda: [128])
+    actor: list[int] = field(default_factory=lambda: [128, 128])
+    critic: list[int] = field(default_factory=lambda: [128, 128])
+    activation: str = "leaky_relu"
+
+
+def build_agent(config: AgentConfig, observation_space: spaces.Space, action_space: spaces.Space,
+                core_model_config: dict | None = None) -> ActorCritic:
+    """The ActorCritic of `config`. core_model_config (from an agent checkpoint) rebuilds a core that was
+    loaded from a supervised model, without the original file; the agent keeps it as `core_model_config`."""
+    if core_model_config is not None:
+        core = core_from_model_config(core_model_config)
+    elif config.core_init_from:
+        core, core_model_config = load_core(config.core_init_from)
+    else:
+        core = build_core(config.core)
+    agent = ActorCritic(core, observation_space, action_space, encoder=config.encoder, actor=config.actor,
+                        critic=config.critic, activation=config.activation)
+    agent.core_model_config = core_model_config
+    return agent

@@ -1,0 +1,175 @@
+"""Memory cores for the actor-critic: any causal layer or block stack of seqssm on (B, L, d_model).
+
+`build_core(CoreConfig(...))` wraps a primitive in the residual block of seed 000 section 4.1
+(layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
+`seqssm.blocks`. `load_core(path)` takes the backbone of a supervised checkpoint or exported
+folder. States are (nested tuples of) tensors with the batch first; the helpers below index,
+reset and reassemble them without knowing the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqssm.blocks.common import SSPS, FeatureDropout
+from seqssm.blocks.stack import BlockStack, make_stack
+from seqssm.layers import GRU, LSSL, S4, S4D, S5, S6, KalmanLayer, MinGRU, vSSM
+from seqssm.layers.base import SequenceLayer
+from seqssm.models.sequence_model import SequenceModel
+
+# name -> (class, keyword that receives CoreConfig.d_state): GRU-like layers call their state size d_hidden.
+LAYERS: dict[str, tuple[type[nn.Module], str]] = {
+    "s5": (S5, "d_state"), "s6": (S6, "d_state"), "s4d": (S4D, "d_state"), "s4": (S4, "d_state"),
+    "mingru": (MinGRU, "d_hidden"), "gru": (GRU, "d_hidden"), "kalman": (KalmanLayer, "d_state"),
+    "vssm": (vSSM, "d_state"), "lssl": (LSSL, "d_state"),
+}
+BLOCKS = ("residual", "mamba", "simple")
+ACTIVATIONS = ("gelu", "glu")
+
+
+@dataclass
+class CoreConfig:
+    """A memory core: `n_layers` blocks of kind `block` around primitive `layer`, width d_model.
+
+    layer: s5 s6 s4d s4 mingru gru kalman vssm lssl. d_state: the layer's state size (P for S5,
+    d_hidden for (min)GRU); None keeps the layer's default. block "residual" (any layer; activation
+    "gelu" or "glu", seed 000 eq. 4.1), or "mamba" / "simple" (seqssm.blocks; s4, s4d, s6 only).
+    layer_kwargs go to the primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...).
+    """
+
+    layer: str = "s5"
+    d_model: int = 64
+    d_state: int | None = None
+    n_layers: int = 1
+    block: str = "residual"
+    activation: str = "gelu"
+    dropout: float = 0.0
+    layer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class ResidualBlock(SequenceLayer):
+    """Post-norm residual block of seed 000 fig. 4.1: x (B, L, d) -> LayerNorm(x + dropout(act(layer(x)))).
+
+    activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (seed 000
+    eq. 4.1, helpful on MemoryCorridor). State: the layer's.
+    """
+
+    causal = True
+
+    def __init__(self, layer: nn.Module, d_model: int, activation: str = "gelu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {ACTIVATIONS}")
+        self.layer, self.activation = layer, activation
+        self.glu = nn.Linear(d_model, 2 * d_model) if activation == "glu" else None
+        self.dropout = FeatureDropout(dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y = F.gelu(y)
+        if self.glu is not None:
+            y = F.glu(self.glu(y), dim=-1)
+        return self.norm(x + self.dropout(y))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d) -> (B, L, d); `lengths` accepted for BlockStack's block interface (causal: unused)."""
+        return self._finish(x, self.layer(x))
+
+    def scan(self, x, state=None, resets=None):
+        y, state = self.layer.scan(x, state, resets)
+        return self._finish(x, y), state
+
+    def step(self, x_t, state):
+        y, state = self.layer.step(x_t, state)
+        return self._finish(x_t, y), state
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        return self.layer.initial_state(batch_size, device=device, dtype=dtype)
+
+
+def build_core(config: CoreConfig) -> BlockStack:
+    """The BlockStack that `config` describes: (B, L, d_model) -> (B, L, d_model) with scan/step."""
+    if config.layer not in LAYERS:
+        raise ValueError(f"unknown core layer {config.layer!r}; choose one of {tuple(LAYERS)}")
+    if config.block not in BLOCKS:
+        raise ValueError(f"unknown core block {config.block!r}; choose one of {BLOCKS}")
+    if config.n_layers < 1:
+        raise ValueError(f"core n_layers must be >= 1, got {config.n_layers}")
+    if config.block == "residual":
+        cls, state_kw = LAYERS[config.layer]
+        kwargs = dict(config.layer_kwargs)
+        if config.d_state is not None:
+            kwargs[state_kw] = config.d_state
+        blocks = [ResidualBlock(cls(config.d_model, **kwargs), config.d_model, config.activation, config.dropout)
+                  for _ in range(config.n_layers)]
+        return BlockStack(blocks, nn.Identity())
+    if config.layer not in SSPS:
+        raise ValueError(f"block {config.block!r} holds one of the SSPs {SSPS}, not {config.layer!r}; "
+                         "use block: residual for other layers")
+    d_state = config.d_state if config.d_state is not None else (16 if config.block == "mamba" else 64)
+    return make_stack(config.block, config.d_model, config.n_layers, ssp=config.layer, d_state=d_state,
+                      dropout=config.dropout, ssp_kwargs=dict(config.layer_kwargs) or None)
+
+
+def load_core(path: str | Path) -> tuple[BlockStack, dict]:
+    """The backbone (blocks + final norm) of a supervised SequenceModel and its model config.
+
+    path: a Lightning checkpoint from `seqssm fit` (read with weights_only=True) or a folder written
+    by `seqssm export`. The model's input embedding and head are dropped: the agent's encoder
+    feeds the backbone and its actor and critic read it.
+    """
+    path = Path(path)
+    if path.is_dir():
+        from seqssm.models.hub import load_pretrained
+
+        model = load_pretrained(path)
+    elif path.is_file():
+        from seqssm.tasks.export import model_from_checkpoint
+
+        model = model_from_checkpoint(path)
+    else:
+        raise FileNotFoundError(f"core_init_from: no checkpoint file or exported folder at {path}")
+    if not isinstance(model, SequenceModel) or not model.causal:
+        raise ValueError(f"core_init_from: {path} holds a bidirectional model; an agent's memory must be causal "
+                         "(its output at t may not depend on observations after t)")
+    return model.backbone, dict(model.config)
+
+
+def core_from_model_config(config: dict) -> BlockStack:
+    """A freshly initialised backbone of the SequenceModel that `config` describes (to load agent weights into)."""
+    return SequenceModel.from_config(config).backbone
+
+
+def core_width(core: nn.Module) -> int:
+    """d_model of a core: its own `d_model`, or that of its first block."""
+    if isinstance(core, SequenceModel):
+        return core.config["d_model"]
+    width = getattr(core, "d_model", None)
+    if width is None and isinstance(core, BlockStack):
+        first = core.layers[0]
+        width = getattr(first, "d_model", None) or getattr(getattr(first, "layer", None), "d_model", None)
+    if width is None:
+        raise ValueError(f"cannot tell the width of core {type(core).__name__}; pass d_model= to ActorCritic")
+    return int(width)
+
+
+def map_state(fn: Callable[..., torch.Tensor], *states):
+    """Apply fn leaf-wise to one or more states of the same structure (nested tuples/lists of tensors)."""
+    first = states[0]
+    if isinstance(first, (tuple, list)):
+        return type(first)(map_state(fn, *parts) for parts in zip(*states))
+    return fn(*states)
+
+
+def reset_state(state, fresh, done: torch.Tensor):
+    """Rows b of `state` with done[b] (B,) bool replaced by the same rows of `fresh` (an initial state)."""
+    def pick(s: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        return torch.where(done.to(s.device).view(-1, *([1] * (s.ndim - 1))), f, s)
+
+    return map_state(pick, state, fresh)
