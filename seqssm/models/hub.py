@@ -2,6 +2,9 @@
 
 `save_pretrained(model, dir)` writes one; `load_pretrained(dir)` rebuilds the model from its
 config and loads the weights. Nothing here unpickles anything.
+
+`load_pretrained` and `load_state_dict` also read Hugging Face Mamba and mamba_ssm folders, and
+`save_pretrained(..., format="hf")` writes a Hugging Face one (see `seqssm.models.interop`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ class NotASeqssmFolderError(ValueError):
     """A folder lacks the files or the format marker of a seqssm model folder."""
 
 
-def save_pretrained(model: nn.Module, out_dir: str | Path) -> Path:
-    """Write `model.config` and its weights to `out_dir` (created if needed); returns the folder."""
+def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT) -> Path:
+    """Write `model.config` and its weights to `out_dir` (created if needed) as a seqssm folder, or with
+    format="hf" as a folder transformers' MambaForCausalLM loads; returns the folder."""
     from safetensors.torch import save_file
 
     from .. import __version__
@@ -31,6 +35,12 @@ def save_pretrained(model: nn.Module, out_dir: str | Path) -> Path:
     config = getattr(model, "config", None)
     if not isinstance(config, dict):
         raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
+    if format == "hf":
+        from .interop import save_hf
+
+        return save_hf(model, out_dir)
+    if format != FORMAT:
+        raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": config}
@@ -57,9 +67,14 @@ def read_config(folder: str | Path) -> dict:
 
 
 def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    """The weights of a seqssm folder, read with safetensors."""
+    """The weights of a seqssm folder, read with safetensors; of a Hugging Face or mamba_ssm Mamba folder,
+    renamed to seqssm's keys."""
     from safetensors.torch import load_file
 
+    from .interop import detect_format, read_state_dict
+
+    if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
+        return read_state_dict(folder)
     read_config(folder)  # fail on a foreign folder before reading its tensors
     path = Path(folder) / WEIGHTS_FILE
     if not path.is_file():
@@ -67,10 +82,16 @@ def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def load_pretrained(folder: str | Path) -> nn.Module:
-    """Rebuild the SequenceModel saved in `folder` and load its weights (strictly)."""
+def load_pretrained(folder: str | Path, dtype: torch.dtype | None = None) -> nn.Module:
+    """Rebuild the SequenceModel saved in `folder` (seqssm, Hugging Face Mamba or mamba_ssm) and load its
+    weights (strictly), in `dtype` when given."""
+    from .interop import detect_format, load_model
     from .sequence_model import SequenceModel
 
+    if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
+        return load_model(folder, dtype)
     model = SequenceModel.from_config(read_config(folder))
+    if dtype is not None:
+        model.to(dtype)  # before loading, so float64 weights keep their precision
     model.load_state_dict(load_state_dict(folder))
     return model

@@ -125,6 +125,19 @@ class SequenceModel(nn.Module):
         """The model (freshly initialised) that `config` describes."""
         return cls(**config)
 
+    @classmethod
+    def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "SequenceModel":
+        """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder (`seqssm.models.hub`)."""
+        from seqssm.models.hub import load_pretrained
+
+        return load_pretrained(path, dtype=dtype)
+
+    def save_pretrained(self, out_dir, format: str = "seqssm"):
+        """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads."""
+        from seqssm.models.hub import save_pretrained
+
+        return save_pretrained(self, out_dir, format=format)
+
     @property
     def causal(self) -> bool:
         return self.backbone.causal
