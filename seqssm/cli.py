@@ -4,6 +4,8 @@
     seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
     seqssm fit --config recipes/quickstart.yaml --ckpt_path last          # resume
     seqssm export runs/quickstart/checkpoints/last.ckpt my-model/         # config.json + model.safetensors
+    seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
+    seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
 
 The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`, `pad_token_id`,
 `mask_token_id`) come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
@@ -21,6 +23,7 @@ from lightning.pytorch.cli import LightningCLI
 from .data import SeqDataModule
 from .data.errors import DataFormatError, DataNotFoundError
 from .models.hub import NotASeqssmFolderError
+from .models.interop import PretrainedFormatError
 from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, SequenceTask
 from .tasks.checkpoint import TaskCheckpoint
 from .tasks.resume import ResumableTrainData
@@ -28,7 +31,7 @@ from .tasks.resume import ResumableTrainData
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "pad_token_id", "mask_token_id")
 # Errors whose message already says what is wrong and what to do: shown without a traceback.
 USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
-               NotASeqssmFolderError)
+               NotASeqssmFolderError, PretrainedFormatError)
 
 
 class SeqssmCLI(LightningCLI):
@@ -62,7 +65,8 @@ def make_cli(args=None, run: bool = True) -> SeqssmCLI:
         SequenceTask, SeqDataModule, subclass_mode_model=True, subclass_mode_data=True,
         trainer_defaults={"callbacks": [ResumableTrainData()]},
         save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args, run=run,
-        parser_kwargs={"description": "Train and evaluate seqssm models. Also: `seqssm export CKPT OUT_DIR`."},
+        parser_kwargs={"description": "Train and evaluate seqssm models. Also: `seqssm export CKPT OUT_DIR`, "
+                                      "`seqssm convert SRC DST --to hf|seqssm`, `seqssm generate PATH --prompt TEXT`."},
     )
 
 
@@ -84,6 +88,14 @@ def main(args: list[str] | None = None) -> None:
     try:
         if argv[:1] == ["export"]:
             export_main(argv[1:])
+        elif argv[:1] == ["convert"]:
+            from .models.interop.cli import convert_main
+
+            convert_main(argv[1:])
+        elif argv[:1] == ["generate"]:
+            from .models.interop.cli import generate_main
+
+            generate_main(argv[1:])
         else:
             make_cli(args)
     except USER_ERRORS as e:

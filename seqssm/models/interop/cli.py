@@ -1,0 +1,84 @@
+"""`seqssm convert` and `seqssm generate`: pretrained folders (seqssm, Hugging Face Mamba, mamba_ssm) on the command line.
+
+    seqssm convert state-spaces-mamba-130m/ mamba-130m-hf/ --to hf
+    seqssm generate mamba-130m-hf/ --prompt "The state space model" --max-new-tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from .mamba import TOKENIZER_FILES
+from .tokenized import TOKENIZER_FILE
+
+# SequenceModel settings that depend on the task (head, pooling, inputs) rather than the pretrained network
+TASK_SETTINGS = ("vocab_size", "d_input", "n_classes", "pooling", "tie_embeddings")
+
+
+def architecture_overrides(config: dict) -> dict:
+    """The `model_overrides` that make `seqssm fit` build the network of `config` (head and inputs come from the task)."""
+    return {k: v for k, v in config.items() if k not in TASK_SETTINGS}
+
+
+def copy_tokenizer(src: str | Path, dst: str | Path) -> list[str]:
+    """Copy the tokenizer files of folder `src` into `dst`; returns the names copied."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copyfile(Path(src) / name, Path(dst) / name)
+            copied.append(name)
+    return copied
+
+
+def convert_main(argv: list[str]) -> None:
+    """`seqssm convert SRC DST --to hf|seqssm`: rewrite a pretrained folder in another format."""
+    from ..hub import load_pretrained, save_pretrained
+
+    parser = argparse.ArgumentParser(prog="seqssm convert", description=convert_main.__doc__)
+    parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("dst", help="folder to write")
+    parser.add_argument("--to", choices=("hf", "seqssm"), required=True, help="format of DST")
+    ns = parser.parse_args(argv)
+    model = load_pretrained(ns.src)
+    out = save_pretrained(model, ns.dst, format=ns.to)
+    copied = copy_tokenizer(ns.src, out)
+    print(f"converted {ns.src} -> {out} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
+    print("to finetune it: seqssm fit --model.init_args.init_from", out, "with model_overrides:",
+          json.dumps(architecture_overrides(model.config)))
+
+
+def _prompt_ids(prompt: str) -> list[int]:
+    try:
+        return [int(t) for t in prompt.replace(",", " ").split()]
+    except ValueError:
+        raise SystemExit(f"seqssm generate: error: the folder has no {TOKENIZER_FILE}, so --prompt must be token ids "
+                         f"(e.g. \"12 7 301\"), got {prompt!r}") from None
+
+
+def generate_main(argv: list[str]) -> None:
+    """`seqssm generate PATH --prompt TEXT`: continue a prompt with a pretrained language model."""
+    from ..hub import load_pretrained
+    from .tokenized import PretrainedTokenizer
+
+    parser = argparse.ArgumentParser(prog="seqssm generate", description=generate_main.__doc__)
+    parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("--prompt", required=True,
+                        help=f"text when the folder has a {TOKENIZER_FILE}, else token ids separated by spaces")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    ns = parser.parse_args(argv)
+    tokenizer = PretrainedTokenizer(ns.path) if (Path(ns.path) / TOKENIZER_FILE).is_file() else None
+    ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else _prompt_ids(ns.prompt)
+    if not ids:
+        raise SystemExit("seqssm generate: error: the prompt encodes to no tokens")
+    model = load_pretrained(ns.path).eval()
+    out = model.generate(torch.tensor([ids]), ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
+                         generator=torch.Generator().manual_seed(ns.seed))[0].tolist()
+    print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))
