@@ -23,7 +23,7 @@ from seqssm.ops.linear import _scan_forward
 
 # Elements of one chunk's (batch, chunk, dim, N) tensors: large enough that each op amortises
 # its dispatch cost, small enough that a handful of them stay well below one full-size tensor.
-_CHUNK_ELEMENTS = 1 << 21
+_CHUNK_ELEMENTS = 1 << 18
 
 
 def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets):
@@ -168,19 +168,24 @@ class _SelectiveScan(torch.autograd.Function):
             u_c, delta_c, B_c, C_c = u[:, sl], delta[:, sl], B[:, sl], C[:, sl]
             dA, h = _chunk_states(u_c, delta_c, A, B_c, None if keep is None else keep[:, sl], starts[i])
             gy = grad_y[:, sl]
-            rhs = gy.unsqueeze(-1) * C_c.unsqueeze(3)
-            # g_t = rhs_t + dA_{t+1} g_{t+1}; the chunk's last step receives g_next unscaled.
-            a_next = torch.cat([dA[:, 1:], torch.ones_like(dA[:, :1])], dim=1)
-            shape = dA.shape
-            flat = (shape[0], shape[1], -1)
-            g = _scan_forward(a_next.reshape(flat), rhs.reshape(flat), g_next.reshape(shape[0], -1), reverse=True).view(shape)
-            h_prev = torch.cat([starts[i].unsqueeze(1), h[:, :-1]], dim=1)
+            # Adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1}; the chunk's last step receives g_next.
+            g = gy.unsqueeze(-1) * C_c.unsqueeze(3)
+            g[:, -1] += g_next
+            if g.shape[1] > 1:
+                shape = g[:, :-1].shape
+                flat = (shape[0], shape[1], -1)
+                g[:, :-1] = _scan_forward(
+                    dA[:, 1:].reshape(flat), g[:, :-1].reshape(flat), g[:, -1].reshape(shape[0], -1), reverse=True
+                ).view(shape)
             grad_C[:, sl] = torch.matmul(gy.unsqueeze(-2), h).squeeze(-2)
             du = delta_c * u_c
             grad_B[:, sl] = torch.matmul(du.unsqueeze(-2), g).squeeze(-2)
             grad_du = torch.matmul(g, B_c.unsqueeze(-1)).squeeze(-1)
             g_next = dA[:, 0] * g[:, 0]  # adjoint of the state before this chunk
-            x = g.mul_(h_prev).mul_(dA)  # d loss / d (delta * A) per state; g is spent
+            # d loss / d (delta * A) per state = g_t * h_{t-1} * dA_t, in place: g is spent.
+            g[:, 1:].mul_(h[:, :-1])
+            g[:, 0].mul_(starts[i])
+            x = g.mul_(dA)
             grad_delta[:, sl] = (x * A).sum(-1) + grad_du * u_c
             grad_u[:, sl] = grad_du * delta_c
             grad_A += torch.einsum("blgen,blge->gen", x, delta_c)
