@@ -49,3 +49,20 @@ def test_s6_autocast_keeps_ssm_in_fp32():
     assert layer.A_log.dtype == torch.float32
     assert s.dtype == torch.float32
     assert torch.isfinite(y).all()
+
+
+def test_s6_masked_scan_equals_per_sequence_scans():
+    layer = S6(6, d_state=3).double()
+    lengths = [9, 4, 1]
+    x = torch.randn(3, 9, 6, dtype=torch.float64)
+    s0 = torch.randn(3, 6, 3, dtype=torch.float64)
+    mask = torch.arange(9)[None] < torch.tensor(lengths)[:, None]
+    resets = torch.zeros(3, 9, dtype=torch.bool)
+    resets[0, 5] = True
+    resets[1, 6] = True  # on padding: must be ignored
+    y, s_end = layer.scan(x, s0, resets=resets, mask=mask)
+    for i, n in enumerate(lengths):
+        y_i, s_i = layer.scan(x[i : i + 1, :n], s0[i : i + 1], resets=resets[i : i + 1, :n])
+        torch.testing.assert_close(y[i : i + 1, :n], y_i)
+        torch.testing.assert_close(s_end[i : i + 1], s_i)
+        assert (y[i, n:] == 0).all()

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
 
@@ -66,16 +66,24 @@ class S6(SequenceLayer):
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or torch.float32)
 
-    def scan(self, x, state=None, resets=None):
+    def scan(self, x, state=None, resets=None, mask=None):
+        """x (B, L, d_model) from `state` -> (y, final state); mask (B, L) True = valid step: masked steps
+        leave the state untouched (Δ = 0 gives exp(ΔA) = 1 and ΔBx = 0) and output zeros."""
         batch, length, _ = x.shape
         resets = check_resets(resets, batch, length)
+        mask = check_mask(mask, batch, length)
         delta, B, C = self.project(x)
+        delta_bias, softplus = self.dt_proj.bias.float(), True
+        if mask is not None:
+            delta = F.softplus(delta.float() + delta_bias).masked_fill(~mask.unsqueeze(-1), 0.0)
+            delta_bias, softplus = None, False
+            resets = None if resets is None else resets & mask
         y, last = selective_scan(
             x.transpose(1, 2), delta.transpose(1, 2), self.A, B.transpose(1, 2), C.transpose(1, 2),
-            self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True, return_last_state=True,
+            self.D.float(), delta_bias=delta_bias, delta_softplus=softplus, return_last_state=True,
             initial_state=state, resets=resets, backend=self.backend,
         )
-        return y.transpose(1, 2), last
+        return mask_outputs(mask, y.transpose(1, 2)), last
 
     def step(self, x_t, state):
         delta, B, C = self.project(x_t)
