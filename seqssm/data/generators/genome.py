@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..species_splits import SPECIES_SPLITS
+
 BASES = np.frombuffer(b"ACGT", dtype=np.uint8)
 
 
@@ -52,9 +54,7 @@ def write_genomes(out_dir: str | Path, species=("human", "lemur", "mouse", "pig"
                   chrom_length: int = 200_000, order: int = 4, concentration: float = 1.0, seed: int = 0,
                   splits: dict | None = None) -> Path:
     """Write synthetic FASTA genomes for `species` (all chromosomes of their splits); returns out_dir."""
-    from ..species import SPECIES_SPLITS  # the split table decides which chromosome files exist
-
-    splits = splits or SPECIES_SPLITS
+    splits = splits or SPECIES_SPLITS  # the split table decides which chromosome files exist
     out_dir = Path(out_dir)
     for sp in species:
         if sp not in splits:
