@@ -218,7 +218,7 @@ class PPO:
                 record["episodic_return"] = float(np.mean(returns))
                 record["episode_length"] = float(np.mean(lengths))
                 mmer = max(mmer, record["episodic_return"])
-            record["mmer"] = mmer if returns or mmer > -math.inf else None
+            record["mmer"] = mmer if mmer > -math.inf else None
             record["wall_s"] = time.perf_counter() - start
             record["sps"] = self.steps / record["wall_s"]
             reached = cfg.target_return is not None and mmer >= cfg.target_return
@@ -287,3 +287,50 @@ def run_episodes(agent: ActorCritic, envs, episodes: int, deterministic: bool = 
     return {"episodes": len(returns), "mean_return": float(returns.mean()), "std_return": float(returns.std()),
             "min_return": float(returns.min()), "max_return": float(returns.max()),
             "mean_length": float(lengths.mean())}
+
+
+def train(env: EnvConfig, agent_config: AgentConfig, ppo: PPOConfig, seed: int = 0, out_dir: str | Path | None = None,
+          checkpoint_every: int = 10, log: Callable[[str], None] | None = print) -> dict:
+    """Train an agent from configs -> summary dict. With out_dir: metrics.jsonl (one record per update),
+    last.pt every `checkpoint_every` updates and at the end, best.pt at each new MMER, summary.json."""
+    torch.manual_seed(seed)
+    envs = make_vector_env(env.name, ppo.num_envs, seed=seed, env_kwargs=env.kwargs,
+                           previous_action_reward=env.previous_action_reward)
+    agent = build_agent(agent_config, envs.single_observation_space, envs.single_action_space)
+    trainer = PPO(agent, envs, ppo)
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text("")
+    best = -math.inf
+
+    def save(name: str, record: dict) -> None:
+        save_checkpoint(out / name, agent, env, agent_config, ppo, seed=seed, update=record["update"],
+                        steps=record["steps"], mmer=record["mmer"])
+
+    def on_update(record: dict) -> None:
+        nonlocal best
+        if log is not None:
+            ret, mmer = record.get("episodic_return", math.nan), record["mmer"]
+            log(f"update {record['update']:5d}  steps {record['steps']:9d}  return {ret:6.3f}  "
+                f"mmer {math.nan if mmer is None else mmer:6.3f}  "
+                f"sps {record['sps']:7.0f}  kl {record['approx_kl']:.4f}  entropy {record['entropy']:.3f}")
+        if out is None:
+            return
+        with (out / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if record.get("episodic_return", -math.inf) > best:
+            best = record["episodic_return"]
+            save("best.pt", record)
+        if record["update"] % checkpoint_every == 0:
+            save("last.pt", record)
+
+    summary = trainer.train(on_update)
+    envs.close()
+    summary.update(env=env.name, core=agent_config.core.layer if agent_config.core_init_from is None else
+                   f"init_from:{agent_config.core_init_from}", seed=seed,
+                   parameters=sum(p.numel() for p in agent.parameters()))
+    if out is not None:
+        save("last.pt", summary["last"])
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
