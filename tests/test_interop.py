@@ -294,3 +294,79 @@ def test_init_from_reads_foreign_folders(tmp_path):
     a, b = load_state_dict(tmp_path / "hf"), load_state_dict(tmp_path / "ms")
     assert a.keys() == b.keys() == SequenceModel.from_pretrained(tmp_path / "hf").state_dict().keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- command line and finetuning -----------------------------------------------------------------------------
+
+WORDS = ["the", "film", "was", "a", "plot", "actor", "great", "bad", "scene", "and", "of", "café"]
+
+
+@pytest.fixture
+def lm_dir(tmp_path):
+    """A Hugging Face Mamba folder with a word-level tokenizer.json over the IMDB stand-in's words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = tmp_path / "lm"
+    make_hf(**SHAPES["tied"]).save_pretrained(folder)
+    vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", *WORDS])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_generate_command_text_and_ids(lm_dir, capsys):
+    from seqssm.cli import main
+
+    model = SequenceModel.from_pretrained(lm_dir).eval()
+    main(["generate", str(lm_dir), "--prompt", "the film was", "--max-new-tokens", "6"])
+    ids = model.generate(torch.tensor([[2, 3, 4]]), 6, temperature=0)[0]
+    vocab = ["[UNK]", "[PAD]", *WORDS]
+    expected = " ".join(vocab[i] if i < len(vocab) else "" for i in ids.tolist()).split()  # ids past the tokenizer: no text
+    assert capsys.readouterr().out.split() == expected
+    (lm_dir / "tokenizer.json").unlink()
+    main(["generate", str(lm_dir), "--prompt", "2 3 4", "--max-new-tokens", "6"])
+    assert capsys.readouterr().out.split() == [str(i) for i in ids.tolist()]
+
+
+def test_convert_command(lm_dir, tmp_path, capsys):
+    from seqssm.cli import main
+
+    main(["convert", str(lm_dir), str(tmp_path / "s"), "--to", "seqssm"])
+    assert "model_overrides" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s" / "config.json").read_text())["format"] == "seqssm"
+    assert (tmp_path / "s" / "tokenizer.json").is_file()
+    main(["convert", str(tmp_path / "s"), str(tmp_path / "h"), "--to", "hf"])
+    ids = torch.randint(0, 64, (1, 12))
+    torch.testing.assert_close(hf_logits(MambaForCausalLM.from_pretrained(tmp_path / "h"), ids),
+                               hf_logits(MambaForCausalLM.from_pretrained(lm_dir), ids), rtol=0, atol=0)
+    build("mamba-s4d", vocab_size=32, d_model=16, n_layers=1).save_pretrained(tmp_path / "s4d")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", str(tmp_path / "s4d"), str(tmp_path / "x"), "--to", "hf"])
+    assert exit_info.value.code == 1 and "ssp='s4d' is not supported" in capsys.readouterr().err
+
+
+def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
+    """`seqssm fit` with recipes/finetune/mamba_imdb.yaml, shrunk: init_from a Hugging Face folder, fresh head."""
+    from pathlib import Path
+
+    from seqssm.cli import make_cli
+    from seqssm.data.generators.standins import write_imdb_standin
+    from seqssm.models.interop.cli import architecture_overrides
+
+    data = write_imdb_standin(tmp_path / "imdb", n=12)
+    recipe = Path(__file__).parents[1] / "recipes" / "finetune" / "mamba_imdb.yaml"
+    overrides = architecture_overrides(SequenceModel.from_pretrained(lm_dir).config)
+    cli = make_cli([
+        "fit", "--config", str(recipe), "--model.init_args.model_overrides", json.dumps(overrides),
+        "--model.init_args.init_from", str(lm_dir), "--data.init_args.pretrained", str(lm_dir),
+        "--data.init_args.data_dir", str(data), "--data.init_args.max_length", "48", "--data.init_args.batch_size", "4",
+        "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.max_steps", "3",
+        "--trainer.accumulate_grad_batches", "1", "--trainer.val_check_interval", "1.0",
+        "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
+    ])
+    report = cli.model.init_report
+    assert report.clean and report.skipped == ["head.weight", "head.bias"]
+    assert "embedding.weight" in report.loaded and "backbone.layers.1.branches.0.ssp.A_log" in report.loaded
+    assert cli.trainer.global_step == 3 and cli.model.model.head.out_features == 2
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
