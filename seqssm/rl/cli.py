@@ -29,7 +29,7 @@ SUBCOMMANDS = ("rl", "rl-eval")
 def rl_parser() -> ArgumentParser:
     """The `seqssm rl` parser: --env.*, --agent.* (with --agent.core.*), --ppo.*, --seed, --out_dir, --threads."""
     parser = ArgumentParser(prog="seqssm rl", description="Train a recurrent actor-critic with PPO on a "
-                            "POPGym or MemoryCorridor environment.", default_meta=False)
+                            "POPGym or MemoryCorridor environment.")
     parser.add_argument("--config", action=ActionConfigFile, help="a recipe, e.g. recipes/rl/<env>/<core>.yaml")
     parser.add_class_arguments(EnvConfig, "env")
     parser.add_class_arguments(AgentConfig, "agent")
@@ -43,8 +43,7 @@ def rl_parser() -> ArgumentParser:
 
 def eval_parser() -> ArgumentParser:
     """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --threads."""
-    parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent and report its returns.",
-                            default_meta=False)
+    parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent and report its returns.")
     parser.add_argument("ckpt", type=str, help="an agent checkpoint written by `seqssm rl` (best.pt / last.pt)")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--num_envs", type=int, default=16)
