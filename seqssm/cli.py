@@ -43,11 +43,12 @@ class SeqssmCLI(LightningCLI):
         parser.add_lightning_class_args(TaskCheckpoint, "checkpoint")
 
     def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand]
+        config = self.config[self.subcommand] if self.subcommand else self.config
         if config.get("weights_only") is False:
             raise ConfigError("weights_only: false is refused: seqssm loads checkpoints with weights_only=True so "
                               "that a checkpoint file cannot run code")
-        config["weights_only"] = True
+        if self.subcommand:
+            config["weights_only"] = True
         if config.get("ckpt_path") and config.model.init_args.get("init_from"):
             # the checkpoint's weights replace the pretrained ones anyway; don't require that file to still exist
             config.model.init_args.init_from = None
@@ -96,6 +97,10 @@ def main(args: list[str] | None = None) -> None:
             from .models.interop.cli import generate_main
 
             generate_main(argv[1:])
+        elif argv[:1] in (["rl"], ["rl-eval"]):
+            from .rl.cli import main as rl_main
+
+            rl_main(argv)
         else:
             make_cli(args)
     except USER_ERRORS as e:
