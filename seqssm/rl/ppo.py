@@ -35,7 +35,8 @@ CHECKPOINT_VERSION = 1
 
 @dataclass
 class PPOConfig:
-    """PPO settings; defaults from seed 001 table 3. target_return: stop once MMER reaches it (None: never)."""
+    """PPO settings; defaults from seed 001 table 3. target_return: stop once MMER reaches it; time_limit_s:
+    stop after the first update that ends past this many seconds (CPU budgets). None: never."""
 
     total_steps: int = 15_000_000
     num_envs: int = 64
@@ -52,6 +53,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     norm_adv: bool = True
     target_return: float | None = None
+    time_limit_s: float | None = None
 
 
 @dataclass
@@ -224,7 +226,8 @@ class PPO:
             reached = cfg.target_return is not None and mmer >= cfg.target_return
             if reached and steps_to_target is None:
                 steps_to_target = self.steps
-            if (callback is not None and callback(record)) or reached:
+            out_of_time = cfg.time_limit_s is not None and record["wall_s"] >= cfg.time_limit_s
+            if (callback is not None and callback(record)) or reached or out_of_time:
                 break
         return {"mmer": record.get("mmer"), "steps": self.steps, "updates": record.get("update"),
                 "wall_s": record.get("wall_s"), "sps": record.get("sps"), "steps_to_target": steps_to_target,
