@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -67,8 +67,8 @@ class Rollout:
     values: torch.Tensor  # (B, L)
     rewards: torch.Tensor  # (B, L)
     start_state: object  # core state before step 0 (rows with dones[:, 0] are reset by the scan)
-    advantages: torch.Tensor = field(default=None)  # (B, L)
-    returns: torch.Tensor = field(default=None)  # (B, L)
+    advantages: torch.Tensor | None = None  # (B, L), set by collect
+    returns: torch.Tensor | None = None  # (B, L)
 
 
 def gae(rewards, values, dones, next_value, next_done, gamma: float, lam: float):
@@ -137,8 +137,9 @@ class PPO:
                              "minibatches are groups of whole environment sequences")
         self.agent, self.envs, self.config = agent, envs, config
         self.optimizer = torch.optim.AdamW(param_groups(agent, config.lr, config.weight_decay), lr=config.lr)
+        self.dtype = next(agent.parameters()).dtype  # observations and rewards follow the agent's precision
         obs, _ = envs.reset()
-        self.obs = torch.as_tensor(obs, dtype=torch.float32)
+        self.obs = torch.as_tensor(obs, dtype=self.dtype)
         self.done = torch.ones(envs.num_envs, dtype=torch.bool)  # every env starts an episode
         self.state = agent.initial_state(envs.num_envs)
         self.episodes = EpisodeTracker(envs.num_envs)
@@ -161,8 +162,8 @@ class PPO:
             actions.append(out.action)
             log_probs.append(out.log_prob)
             values.append(out.value)
-            rewards.append(torch.as_tensor(reward, dtype=torch.float32))
-            self.obs = torch.as_tensor(next_obs, dtype=torch.float32)
+            rewards.append(torch.as_tensor(reward, dtype=self.dtype))
+            self.obs = torch.as_tensor(next_obs, dtype=self.dtype)
             self.done = torch.as_tensor(done)
             self.state = out.state
         self.steps += length * self.envs.num_envs
@@ -274,9 +275,9 @@ def run_episodes(agent: ActorCritic, envs, episodes: int, deterministic: bool = 
     """Play ceil(episodes / num_envs) whole episodes in every environment of `envs` (at least `episodes` in all,
     none favoured for being short) -> their count, mean/std/min/max return and mean length."""
     agent.eval()
-    quota = math.ceil(episodes / envs.num_envs)
+    quota, dtype = math.ceil(episodes / envs.num_envs), next(agent.parameters()).dtype
     obs, _ = envs.reset()
-    obs = torch.as_tensor(obs, dtype=torch.float32)
+    obs = torch.as_tensor(obs, dtype=dtype)
     done = torch.ones(envs.num_envs, dtype=torch.bool)
     state = agent.initial_state(envs.num_envs)
     tracker = EpisodeTracker(envs.num_envs, quota=quota)
@@ -285,7 +286,7 @@ def run_episodes(agent: ActorCritic, envs, episodes: int, deterministic: bool = 
         next_obs, reward, terminated, truncated, _ = envs.step(to_env_action(out.action))
         done_np = np.logical_or(terminated, truncated)
         tracker.record(reward, done_np)
-        obs, done, state = torch.as_tensor(next_obs, dtype=torch.float32), torch.as_tensor(done_np), out.state
+        obs, done, state = torch.as_tensor(next_obs, dtype=dtype), torch.as_tensor(done_np), out.state
     returns, lengths = np.array(tracker.returns), np.array(tracker.lengths)
     return {"episodes": len(returns), "mean_return": float(returns.mean()), "std_return": float(returns.std()),
             "min_return": float(returns.min()), "max_return": float(returns.max()),
