@@ -39,3 +39,27 @@ def test_recipe_builds(recipe, monkeypatch):
     assert task.hparams.n_classes == data.n_classes
     assert task.model.head.out_features == data.n_classes
     assert sum(p.numel() for p in task.model.parameters()) > 0
+
+
+def test_rope_sweep_grid_builds(tmp_path, monkeypatch):
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("rope_sweep", REPO / "scripts" / "rope_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    # thesis 14.3.2: base x trainable x normalised (8), times the 15 non-empty S6 input subsets; plus no RoPE
+    assert len(sweep.grid(selective=False, max_length=1024)) == 1 + 8
+    points = sweep.grid(selective=True, max_length=1024)
+    assert len(points) == 1 + 8 * 15 and len({name for name, _ in points}) == len(points)
+
+    recipe = yaml.safe_load((REPO / "recipes/rope/imdb/mamba-s6.yaml").read_text())
+    name, rope = next(p for p in points if p[1] and p[1]["trainable"] and p[1]["normalize_len"] and p[1]["targets"] == ["B"])
+    path = tmp_path / "point.yaml"
+    path.write_text(yaml.safe_dump(sweep.point_config(recipe, name, rope)))
+    monkeypatch.setattr("sys.argv", ["seqssm"])
+    cli = make_cli(["--config", str(path)], run=False)
+    assert cli.model.hparams.model_overrides["rope"] == rope
+    assert any(type(m).__name__ == "RotarySSP" and m.targets == ("B",) and m.rope.trainable
+               for m in cli.model.model.modules())
