@@ -3,6 +3,9 @@
 `save_pretrained(model, dir)` writes one; `load_pretrained(dir)` rebuilds the model from its
 config and loads the weights. Nothing here unpickles anything.
 
+A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the
+operation); `save_pretrained` writes it into config.json and `load_pretrained` restores it.
+
 `load_pretrained` and `load_state_dict` also read Hugging Face Mamba and mamba_ssm folders, and
 `save_pretrained(..., format="hf")` writes a Hugging Face one (see `seqssm.models.interop`).
 """
@@ -44,6 +47,8 @@ def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": config}
+    if getattr(model, "provenance", None):
+        meta["provenance"] = model.provenance
     (out_dir / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
     state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
@@ -94,4 +99,25 @@ def load_pretrained(folder: str | Path, dtype: torch.dtype | None = None) -> nn.
     if dtype is not None:
         model.to(dtype)  # before loading, so float64 weights keep their precision
     model.load_state_dict(load_state_dict(folder))
+    model.provenance = read_provenance(folder)
     return model
+
+
+def read_provenance(path: str | Path) -> dict | None:
+    """Where a seqssm folder or task checkpoint came from (`provenance_record`), or None if it records nothing."""
+    path = Path(path)
+    if path.is_dir():
+        config = path / CONFIG_FILE
+        return json.loads(config.read_text()).get("provenance") if config.is_file() else None
+    if path.suffix == ".ckpt" and path.is_file():
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        return ckpt.get("seqssm_provenance") if isinstance(ckpt, dict) else None
+    return None
+
+
+def provenance_record(operation: str, **parents: tuple[str | Path | None, dict | None]) -> dict:
+    """{"operation", "parents": [{"role", "path", "provenance"}]} for a model made by `operation` from
+    parents given as role=(path or None, that parent's own provenance), so lineage nests back to the roots."""
+    return {"operation": operation, "parents": [
+        {"role": role, "path": None if path is None else str(path), "provenance": parent}
+        for role, (path, parent) in parents.items()]}

@@ -162,6 +162,9 @@ class SequenceTask(L.LightningModule):
         report = load_weights(self.model, read_weights(path), strict=self.hparams.init_strict, skip=skip,
                               source=f"init_from={path}")
         log.info("init_from %s:\n%s", path, report)
+        from ..models.hub import provenance_record, read_provenance
+
+        self.model.provenance = provenance_record("init_from", init_from=(path, read_provenance(path)))
         return report
 
     # -- optimisation ----------------------------------------------------------------------------
@@ -225,6 +228,10 @@ class SequenceTask(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["seqssm_task"] = type(self).__name__
         checkpoint["seqssm_rng_state"] = torch.get_rng_state()
+        # the lineage of init_from (and its surgery), beside hyper_parameters["init_from"]; survives resumes
+        checkpoint["seqssm_provenance"] = getattr(self.model, "provenance", None)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("seqssm_rng_state")
+        if checkpoint.get("seqssm_provenance"):
+            self.model.provenance = checkpoint["seqssm_provenance"]

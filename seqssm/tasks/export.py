@@ -29,6 +29,7 @@ def task_from_checkpoint(path: str | Path) -> SequenceTask:
         raise ValueError(f"{path}: not a seqssm task checkpoint (task {class_path!r}; known: {sorted(TASKS)})")
     task = task_cls(**{**hparams, "init_from": None})  # the weights below replace whatever init_from gave
     task.load_state_dict(ckpt["state_dict"])
+    task.model.provenance = ckpt.get("seqssm_provenance")  # so an exported folder keeps its lineage
     return task
 
 

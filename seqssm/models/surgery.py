@@ -1,0 +1,120 @@
+"""Model surgery for bidirectional pretraining (thesis 16.1.1): F1 and F1R1.
+
+- `to_bidirectional(causal)` (F1): the bidirectional Mamba model of the same widths whose reverse
+  branch in every block is a copy of that block's conv1d + SSP (for S6 also its x/Δ projections,
+  A and D: everything in the branch). Embedding, norms, in/out projections and head are the
+  causal model's. NTP pretraining runs on the cheaper causal model; the copy happens once, here.
+- `fuse_f1r1(forward, reverse)` (F1R1): the same, but each block's reverse branch comes from a
+  second causal model trained on reversed sequences; everything else from the forward model.
+
+Widths stay the causal model's (thesis 16.7.2: F1 reaches its larger parameter count only when
+its SSPs are duplicated), so F1 of Mamba-s6 at d=116 is Mamba-s6-Bi at d=116, not the
+parameter-matched d=107 of table 6.
+
+Parents may be given as models or as paths (a seqssm folder or a task's Lightning .ckpt); the
+result's `provenance` names the operation and each parent's path and own provenance, and
+`save_pretrained` writes it into config.json.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from seqssm.models.hub import provenance_record
+from seqssm.models.sequence_model import SequenceModel
+
+# Config entries that shape a block's conv1d + SSP branch and the stack: a reverse branch can only be
+# taken from a model that agrees with the forward model on all of them.
+BRANCH_SHAPE_KEYS = ("block", "n_layers", "d_model", "ssp", "d_state", "expand", "d_conv", "conv_bias", "dt_rank",
+                     "rope", "ssp_kwargs")
+_FIRST_BRANCH = re.compile(r"^(backbone\.layers\.\d+\.branches\.)0\.")
+
+
+class SurgeryError(ValueError):
+    """A model cannot take the F1 / F1R1 surgery; the message names what differs."""
+
+
+def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel, str | None]:
+    """(model, path or None) for a model, a seqssm folder or a seqssm task checkpoint."""
+    if isinstance(source, SequenceModel):
+        return source, None
+    if not isinstance(source, (str, Path)):
+        raise TypeError(f"{role} model: expected a SequenceModel or a path, got {type(source).__name__}")
+    path = Path(source)
+    if path.is_dir():
+        from seqssm.models.hub import load_pretrained
+
+        model = load_pretrained(path)
+    elif path.is_file():
+        from seqssm.tasks.export import model_from_checkpoint
+
+        model = model_from_checkpoint(path)
+    else:
+        raise FileNotFoundError(f"{role} model: no seqssm folder or checkpoint at {path}")
+    if not isinstance(model, SequenceModel):
+        raise SurgeryError(f"{role} model at {path} is a {type(model).__name__}, not a SequenceModel")
+    return model, str(path)
+
+
+def _check_causal_mamba(model: SequenceModel, role: str) -> None:
+    config = model.config
+    if config["block"] != "mamba":
+        raise SurgeryError(f"{role} model has {config['block']!r} blocks; the surgery needs Mamba blocks "
+                           "(only the Mamba block has the conv1d + SSP branch it copies, thesis 15.2.1)")
+    if config["bidirectional"]:
+        raise SurgeryError(f"{role} model is already bidirectional (config bidirectional=True); the surgery "
+                           "starts from a causal model")
+    if config["placebo"]:
+        raise SurgeryError(f"{role} model is a placebo model (two causal branches); the surgery starts from a "
+                           "single-branch causal model")
+
+
+def _assemble(forward: SequenceModel, reverse: SequenceModel) -> SequenceModel:
+    """Bidirectional model: everything from `forward`, each block's reverse branch from `reverse`'s branch."""
+    target = SequenceModel.from_config({**forward.config, "bidirectional": True})
+    state = dict(forward.state_dict())
+    for key, value in reverse.state_dict().items():
+        match = _FIRST_BRANCH.match(key)
+        if match:
+            state[match.group(1) + "1." + key[match.end():]] = value.detach().clone()
+    # strict: every tensor of the bidirectional model is accounted for, nothing is left over
+    target.load_state_dict(state)
+    return target.to(next(forward.parameters()).dtype)
+
+
+def to_bidirectional(model: SequenceModel | str | Path) -> SequenceModel:
+    """F1: the bidirectional model whose reverse branches copy the causal model's conv1d + SSP branches."""
+    causal, path = _load(model, "causal")
+    _check_causal_mamba(causal, "causal")
+    result = _assemble(causal, causal)
+    result.provenance = provenance_record("to_bidirectional", causal=(path, getattr(causal, "provenance", None)))
+    return result
+
+
+def fuse_f1r1(forward_model: SequenceModel | str | Path, reverse_model: SequenceModel | str | Path) -> SequenceModel:
+    """F1R1: projections, norms, embedding and head from `forward_model`; each block's reverse conv1d + SSP
+    from `reverse_model` (a causal model trained on reversed sequences)."""
+    forward, forward_path = _load(forward_model, "forward")
+    reverse, reverse_path = _load(reverse_model, "reverse")
+    _check_causal_mamba(forward, "forward")
+    _check_causal_mamba(reverse, "reverse")
+    differ = [f"{k}: forward {forward.config[k]!r} vs reverse {reverse.config[k]!r}"
+              for k in BRANCH_SHAPE_KEYS if forward.config[k] != reverse.config[k]]
+    if differ:
+        raise SurgeryError("forward and reverse models differ in widths/shape, so the reverse model's branches "
+                           "do not fit the forward model's blocks: " + "; ".join(differ))
+    result = _assemble(forward, reverse)
+    result.provenance = provenance_record(
+        "fuse_f1r1",
+        forward=(forward_path, getattr(forward, "provenance", None)),
+        reverse=(reverse_path, getattr(reverse, "provenance", None)),
+    )
+    return result
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of trainable parameters (tied tensors once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
