@@ -227,8 +227,9 @@ class SequenceModel(nn.Module):
             raise ValueError("generate needs a language model (vocab_size, no n_classes, pooling None)")
         if not self.causal:
             raise ValueError("generate needs a causal model; a bidirectional one sees the tokens it would predict")
-        logits, state = self.scan(input_ids)
-        logits, tokens = logits[:, -1], [input_ids]
+        # Only the last position's logits are needed: a (B, L, vocab) head output would cost L times more.
+        h, state = self.backbone.scan(self.embed(input_ids))
+        logits, tokens = self._head(h[:, -1]), [input_ids]
         for i in range(max_new_tokens):
             nxt = sample_next(logits, temperature, top_k, generator)
             tokens.append(nxt[:, None])
