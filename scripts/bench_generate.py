@@ -91,7 +91,10 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for both libraries (default: torch's)")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "

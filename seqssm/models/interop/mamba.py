@@ -283,7 +283,9 @@ def map_state_dict(model: nn.Module, tensors: dict, origin: dict, fmt: str, fold
     own = model.state_dict()
     names = external_keys(own, fmt)
     tied = model.config["tie_embeddings"]
-    default_file = next(iter(origin.values()), Path(folder))
+    # a tensor no file holds is reported against the index of a sharded folder, else the one weights file
+    index = Path(folder) / SAFETENSORS_INDEX
+    default_file = index if index.is_file() else next(iter(origin.values()), Path(folder))
     state = {}
     for key, ext in names.items():
         if tied and key == "head.weight":
