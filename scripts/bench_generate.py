@@ -100,7 +100,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
     rows = [row for name in args.sizes for row in bench_size(name, args)]
-    print(f"\n| size | batch | library | prompt ({args.prompt_length} tok) tok/s | decode ({args.new_tokens} new) tok/s "
+    print(f"\n| size | batch | library | prompt ({args.prompt_length} tok) tok/s "
+          f"| decode ({args.new_tokens} new) tok/s "
           "| speed-up prompt / decode | same tokens |")
     print("|---|---|---|---|---|---|---|")
     base = {(r[0], r[1]): r for r in rows if r[2] == "transformers"}

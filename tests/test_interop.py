@@ -1,7 +1,6 @@
 """Pretrained Mamba interop: Hugging Face and mamba_ssm folders in, Hugging Face folders out, against transformers."""
 
 import json
-import pickle
 
 import pytest
 import torch
@@ -144,7 +143,8 @@ def test_mamba_ssm_layernorm_config(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "rms_norm": False}))
     state = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
-    norms = {k.replace(".weight", ".bias"): torch.randn(16) for k in state if k.endswith("norm.weight") or "norm_f" in k}
+    norm_weights = [k for k in state if k.endswith(("norm.weight", "norm_f.weight"))]
+    norms = {k.replace(".weight", ".bias"): torch.randn(16) for k in norm_weights}
     torch.save({**state, **norms}, tmp_path / "pytorch_model.bin")
     model = SequenceModel.from_pretrained(tmp_path)
     assert isinstance(model.backbone.norm_f, nn.LayerNorm)
@@ -243,7 +243,8 @@ def test_missing_and_unexpected_tensors(hf_dir):
     path = hf_dir / "model.safetensors"
     tensors = load_file(path)
     save_file({k: v for k, v in tensors.items() if k != "backbone.layers.1.mixer.D"}, path, metadata={"format": "pt"})
-    with pytest.raises(PretrainedFormatError, match=r"model\.safetensors: missing tensor 'backbone\.layers\.1\.mixer\.D'"):
+    with pytest.raises(PretrainedFormatError, match=r"model\.safetensors: missing tensor 'backbone\.layers\.1\.mixer"
+                                                    r"\.D'"):
         SequenceModel.from_pretrained(hf_dir)
     save_file({**tensors, "backbone.layers.1.mixer.extra": torch.zeros(2)}, path, metadata={"format": "pt"})
     with pytest.raises(PretrainedFormatError, match=r"unexpected tensor 'backbone\.layers\.1\.mixer\.extra'"):
@@ -322,7 +323,8 @@ def test_generate_command_text_and_ids(lm_dir, capsys):
     main(["generate", str(lm_dir), "--prompt", "the film was", "--max-new-tokens", "6"])
     ids = model.generate(torch.tensor([[2, 3, 4]]), 6, temperature=0)[0]
     vocab = ["[UNK]", "[PAD]", *WORDS]
-    expected = " ".join(vocab[i] if i < len(vocab) else "" for i in ids.tolist()).split()  # ids past the tokenizer: no text
+    # ids past the tokenizer's vocabulary decode to no text
+    expected = " ".join(vocab[i] if i < len(vocab) else "" for i in ids.tolist()).split()
     assert capsys.readouterr().out.split() == expected
     (lm_dir / "tokenizer.json").unlink()
     main(["generate", str(lm_dir), "--prompt", "2 3 4", "--max-new-tokens", "6"])

@@ -1,4 +1,4 @@
-"""`seqssm convert` and `seqssm generate`: pretrained folders (seqssm, Hugging Face Mamba, mamba_ssm) on the command line.
+"""`seqssm convert` and `seqssm generate`: pretrained folders (seqssm, Hugging Face Mamba, mamba_ssm) from a shell.
 
     seqssm convert state-spaces-mamba-130m/ mamba-130m-hf/ --to hf
     seqssm generate mamba-130m-hf/ --prompt "The state space model" --max-new-tokens 32
@@ -21,7 +21,7 @@ TASK_SETTINGS = ("vocab_size", "d_input", "n_classes", "pooling", "tie_embedding
 
 
 def architecture_overrides(config: dict) -> dict:
-    """The `model_overrides` that make `seqssm fit` build the network of `config` (head and inputs come from the task)."""
+    """The `model_overrides` that make `seqssm fit` build the network of `config` (the task sets head and inputs)."""
     return {k: v for k, v in config.items() if k not in TASK_SETTINGS}
 
 

@@ -76,7 +76,7 @@ MAMBA_SSM_NO_EFFECT = {"fused_add_norm", "initializer_cfg"}
 
 
 class PretrainedFormatError(ValueError):
-    """A pretrained folder lacks a file, holds unreadable or mismatched tensors, or a setting seqssm cannot represent."""
+    """A pretrained folder lacks a file, holds unreadable or mismatched tensors, or a setting seqssm cannot hold."""
 
 
 def _refuse(where, key: str, value, why: str):
@@ -275,7 +275,8 @@ def read_tensors(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
         if path.is_file():
             tensors = reader(path)
             return tensors, dict.fromkeys(tensors, path)
-    raise PretrainedFormatError(f"{folder}: no weights: expected {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} or {TORCH_FILE}")
+    raise PretrainedFormatError(f"{folder}: no weights: expected {SAFETENSORS_FILE}, {SAFETENSORS_INDEX} or "
+                                f"{TORCH_FILE}")
 
 
 def map_state_dict(model: nn.Module, tensors: dict, origin: dict, fmt: str, folder) -> dict[str, torch.Tensor]:

@@ -49,13 +49,14 @@ class TokenizedIMDBDataModule(IMDBDataModule):
 
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
         self.tokenizer = PretrainedTokenizer(pretrained)
-        config = read_config(pretrained) if detect_format(pretrained) == "seqssm" else read_foreign_config(pretrained)[1]
+        seqssm = detect_format(pretrained) == "seqssm"
+        config = read_config(pretrained) if seqssm else read_foreign_config(pretrained)[1]
         if config.get("vocab_size") is None:
             raise ValueError(f"{Path(pretrained) / CONFIG_FILE}: the model reads no token ids (vocab_size is unset)")
         self.vocab_size = config["vocab_size"]
         if self.tokenizer.tokenizer.get_vocab_size() > self.vocab_size:
-            raise ValueError(f"{self.tokenizer.path}: {self.tokenizer.tokenizer.get_vocab_size()} tokens, more than the "
-                             f"model's vocab_size {self.vocab_size}")
+            raise ValueError(f"{self.tokenizer.path}: {self.tokenizer.tokenizer.get_vocab_size()} tokens, more "
+                             f"than the model's vocab_size {self.vocab_size}")
         self.pad_token_id = self.tokenizer.pad_token_id
         # The parent caches its encoded splits by source and length only: keep each tokenizer's apart.
         digest = hashlib.sha256(self.tokenizer.path.read_bytes()).hexdigest()[:16]
