@@ -18,7 +18,6 @@ from seqssm.tasks.resume import ResumableTrainData
 from seqssm.tasks.schedule import warmup_cosine
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Tiny models run fastest on one thread; two threads on a busy 2-core machine wait far longer than they work."""

@@ -108,6 +108,9 @@ class SequenceTask(L.LightningModule):
         for split in SPLITS:
             self.metrics[f"{split}_loss"] = MeanMetric()
             self.metrics[f"{split}_{self.metric_name}"] = self.metric_class()
+        for metric in self.metrics.values():
+            # part of checkpoints, so a run resumed mid-epoch reports the same epoch averages
+            metric.persistent(True)
         self.init_report: LoadReport | None = None
         self._rng_to_restore: torch.Tensor | None = None
 

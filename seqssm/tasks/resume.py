@@ -28,9 +28,9 @@ class StreamPosition:
 
     def __init__(self) -> None:
         self.epoch_start_state: torch.Tensor | None = None
-        self.next_epoch_state: torch.Tensor | None = None  # set once this epoch's batches are all drawn
+        self.next_epoch_state: torch.Tensor | None = None  # the generator after this epoch's draws
         self.batches_done = 0
-        self.epoch_length = 0  # batches per epoch, set by the loader
+        self.epoch_complete = False
         self.pending: dict[str, Any] | None = None  # loaded from a checkpoint, applied at the next epoch start
 
     def begin_epoch(self, generator: torch.Generator | None) -> int:
@@ -44,10 +44,11 @@ class StreamPosition:
         self.epoch_start_state = generator.get_state() if generator is not None else None
         self.next_epoch_state = None
         self.batches_done = skip
+        self.epoch_complete = False
         return skip
 
     def state_dict(self) -> dict[str, Any]:
-        if self.next_epoch_state is not None and self.batches_done >= self.epoch_length:
+        if self.epoch_complete:
             return {"generator_state": self.next_epoch_state, "batches_done": 0}
         return {"generator_state": self.epoch_start_state, "batches_done": self.batches_done}
 
@@ -63,19 +64,22 @@ class ResumableDataLoader(DataLoader):
         self.position = position if position is not None else StreamPosition()
 
     def __iter__(self) -> Iterator[Any]:
-        self.position.epoch_length = len(self)
         skip = self.position.begin_epoch(self.generator)
         for i, batch in enumerate(super().__iter__()):
+            if i == 0 and self.generator is not None:
+                # the sampler drew its epoch seed when it produced the first batch: the generator is now
+                # where the next epoch starts
+                self.position.next_epoch_state = self.generator.get_state()
             if i >= skip:
                 yield batch
-        if self.generator is not None:
-            self.position.next_epoch_state = self.generator.get_state()
 
+    # Lightning asks stateful loaders for their state; the position itself is saved and restored by
+    # ResumableTrainData, because Lightning may create the epoch iterator before restoring loader states.
     def state_dict(self) -> dict[str, Any]:
-        return self.position.state_dict()
+        return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.position.load_state_dict(state)
+        """Nothing to do: see ResumableTrainData.load_state_dict."""
 
 
 # DataLoader.__init__ arguments carried over when a plain loader is made resumable.
@@ -94,7 +98,7 @@ def make_resumable(loader: DataLoader, position: StreamPosition) -> ResumableDat
 
 
 class ResumableTrainData(L.Callback):
-    """Makes the DataModule's train loader resumable mid-epoch and counts the batches trained."""
+    """Makes the DataModule's train loader resumable mid-epoch; saves and restores its position."""
 
     def __init__(self) -> None:
         self.position = StreamPosition()
@@ -121,3 +125,11 @@ class ResumableTrainData(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         # runs before ModelCheckpoint's on_train_batch_end (Lightning orders checkpoint callbacks last)
         self.position.batches_done += 1
+        self.position.epoch_complete = self.position.batches_done >= trainer.num_training_batches
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.position.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Lightning restores callbacks before it builds the train loader, so the first epoch iterator sees this
+        self.position.load_state_dict(state_dict)
