@@ -3,7 +3,7 @@
     python scripts/bench_scan.py --lengths 256 1024 2048 4096 --repeats 5 --out runs/bench_scan.json
 
 Each (backend, L) runs in its own subprocess so that its peak resident memory can be read
-(`ru_maxrss` minus the resident size after the inputs were built). Backends: seqssm's
+(`ru_maxrss` minus the resident size after the inputs were built and one small warm-up call). Backends: seqssm's
 "reference" and "torch", and mambapy's parallel scan (`pscan`) wrapped the way mambapy's own
 Mamba uses it, when mambapy is installed. Shapes: batch 4, dim 512, N 16 unless told otherwise.
 """
@@ -40,9 +40,11 @@ def _mambapy_scan(u, delta, A, B, C, D):
     return y.transpose(1, 2)
 
 
-def worker(backend: str, length: int, repeats: int, batch: int, dim: int, n: int) -> dict:
+def worker(backend: str, length: int, repeats: int, batch: int, dim: int, n: int, threads: int) -> dict:
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     from seqssm.ops import selective_scan
 
     torch.manual_seed(0)
@@ -86,11 +88,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--n", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: torch's default)")
     parser.add_argument("--out", default="runs/bench_scan.json")
     parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = worker(args.worker[0], int(args.worker[1]), args.repeats, args.batch, args.dim, args.n)
+        result = worker(args.worker[0], int(args.worker[1]), args.repeats, args.batch, args.dim, args.n, args.threads)
         print(json.dumps(result))
         return
 
@@ -101,12 +104,15 @@ def main() -> None:
         except ImportError:
             print("mambapy not installed: skipping its comparator (pip install mambapy)", file=sys.stderr)
             backends.remove("mambapy")
+    # A fixed mmap threshold makes glibc hand every large freed tensor back to the OS at once, so
+    # the resident high-water mark measures live tensors rather than allocator fragmentation.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     rows = []
     for length in args.lengths:
         for backend in backends:
             cmd = [sys.executable, __file__, "--worker", backend, str(length), "--repeats", str(args.repeats),
-                   "--batch", str(args.batch), "--dim", str(args.dim), "--n", str(args.n)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                   "--batch", str(args.batch), "--dim", str(args.dim), "--n", str(args.n), "--threads", str(args.threads)]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             row = json.loads(out.strip().splitlines()[-1])
             rows.append(row)
             print(f"L={length:5d} {backend:10s} median {row['median_s']:.3f}s  peak {row['peak_ratio']:.2f}x full",
@@ -125,7 +131,7 @@ def main() -> None:
     result = {
         "shape": {"batch": args.batch, "dim": args.dim, "N": args.n}, "repeats": args.repeats,
         "what": "forward + backward of selective_scan on CPU; " + FULL_TENSOR_NOTE,
-        "threads": __import__("torch").get_num_threads(), "summary": summary, "runs": rows,
+        "threads": args.threads or __import__("torch").get_num_threads(), "summary": summary, "runs": rows,
     }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

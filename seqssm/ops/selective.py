@@ -148,7 +148,7 @@ class _SelectiveScan(torch.autograd.Function):
             starts.append(h)
             _, hs = _chunk_states(u[:, sl], delta[:, sl], A, B[:, sl], None if keep is None else keep[:, sl], h)
             ys.append(torch.matmul(hs, C[:, sl].unsqueeze(-1)).squeeze(-1))
-            h = hs[:, -1]
+            h = hs[:, -1].clone()  # a view would keep the whole chunk alive in `starts`
         ctx.save_for_backward(u, delta, A, B, C, keep, torch.stack(starts))
         ctx.chunk = chunk
         return torch.cat(ys, dim=1), h
