@@ -6,6 +6,7 @@
     seqssm export runs/quickstart/checkpoints/last.ckpt my-model/         # config.json + model.safetensors
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
+    seqssm study species --preset cpu-small --out runs/species-small      # thesis 16: pretraining stages, surgery, arms
 
 The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`, `pad_token_id`,
 `mask_token_id`) come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
@@ -24,6 +25,8 @@ from .data import SeqDataModule
 from .data.errors import DataFormatError, DataNotFoundError
 from .models.hub import NotASeqssmFolderError
 from .models.interop import PretrainedFormatError
+from .models.surgery import SurgeryError
+from .study.species import StudyError
 from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, SequenceTask
 from .tasks.checkpoint import TaskCheckpoint
 from .tasks.resume import ResumableTrainData
@@ -31,7 +34,7 @@ from .tasks.resume import ResumableTrainData
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "pad_token_id", "mask_token_id")
 # Errors whose message already says what is wrong and what to do: shown without a traceback.
 USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
-               NotASeqssmFolderError, PretrainedFormatError)
+               NotASeqssmFolderError, PretrainedFormatError, StudyError, SurgeryError)
 
 
 class SeqssmCLI(LightningCLI):
@@ -97,15 +100,34 @@ def main(args: list[str] | None = None) -> None:
             from .models.interop.cli import generate_main
 
             generate_main(argv[1:])
+        elif argv[:1] == ["study"]:
+            from .study.cli import main as study_main
+
+            study_main(argv[1:])
         elif argv[:1] in (["rl"], ["rl-eval"]):
             from .rl.cli import main as rl_main
 
             rl_main(argv)
         else:
             make_cli(args)
-    except USER_ERRORS as e:
-        print(f"seqssm: error: {e}", file=sys.stderr)
+    except Exception as e:
+        # jsonargparse wraps errors raised while instantiating a class in its own ValueError
+        cause = user_error(e)
+        if cause is None:
+            raise
+        print(f"seqssm: error: {cause}", file=sys.stderr)
         sys.exit(1)
+
+
+def user_error(error: BaseException) -> BaseException | None:
+    """The first of USER_ERRORS in `error`'s chain of causes, or None if it holds none."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, USER_ERRORS):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 if __name__ == "__main__":

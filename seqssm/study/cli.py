@@ -1,0 +1,28 @@
+"""`seqssm study species ...`: the command line of the species study."""
+
+from __future__ import annotations
+
+import argparse
+
+from .species import ARMS, PRESETS, RECIPES, SpeciesStudy
+
+
+def main(argv: list[str]) -> None:
+    """Parse `seqssm study species` arguments, run the study and print its table."""
+    parser = argparse.ArgumentParser(prog="seqssm study", description="Run a whole study: every pretraining "
+                                     "stage, surgery and finetuning arm at every length, with its report.")
+    parser.add_argument("study", choices=["species"], help="which study (thesis 16: species pretraining and transfer)")
+    parser.add_argument("--preset", default="thesis", choices=sorted(PRESETS),
+                        help="thesis: the recipes' thesis settings on real genomes; cpu-small: the same grid on "
+                             "synthetic genomes, small enough for 2 CPU cores")
+    parser.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default: the preset's)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="finetuning arms (default: all)")
+    parser.add_argument("--data-dir", help="genomes, <dir>/<species>/chr<C>.fna (cpu-small: written to "
+                                           "<out>/genomes if not given)")
+    parser.add_argument("--out", required=True, help="study folder; finished stages in it are not run again")
+    parser.add_argument("--recipes", default=str(RECIPES), help="folder of the species recipes")
+    ns = parser.parse_args(argv)
+    study = SpeciesStudy(ns.out, data_dir=ns.data_dir, preset=ns.preset, lengths=ns.lengths, arms=ns.arms,
+                         recipes=ns.recipes)
+    study.run()
+    print((study.out / "results.md").read_text())

@@ -1,0 +1,86 @@
+"""The study's report: results.json, a markdown table per arm and length, and the accuracy-vs-length plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PLOT = "val_acc_vs_length.png"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def arm_table(summary: dict) -> list[tuple[str, dict[int, float]]]:
+    """[(arm, {length: final validation accuracy})], best mean accuracy first (thesis fig. 21's legend order)."""
+    rows = [(arm, {int(length): r["final"] for length, r in by_length.items()})
+            for arm, by_length in summary["finetune"].items()]
+    return sorted(rows, key=lambda row: -_mean(list(row[1].values())))
+
+
+def markdown(summary: dict) -> str:
+    """The results as markdown: validation accuracy per arm and length, then pretraining wall-clock times."""
+    lengths = summary["lengths"]
+    lines = [f"Species study, preset `{summary['preset']}` (widths: causal d={summary['widths']['causal']}, "
+             f"bidirectional d={summary['widths']['bidirectional']}; F1/F1R1 at the causal width).", "",
+             "Final validation accuracy (%), finetuning arms, best mean first:", "",
+             "| arm | " + " | ".join(f"L={n}" for n in lengths) + " | mean |",
+             "|---|" + "---:|" * (len(lengths) + 1)]
+    for arm, accs in arm_table(summary):
+        cells = [f"{100 * accs[n]:.1f}" if n in accs else "–" for n in lengths]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {100 * _mean(list(accs.values())):.1f} |")
+    if summary["pretrain"]:
+        lines += ["", "Pretraining wall-clock seconds: whole fit (validation included) / training steps only:", "",
+                  "| stage | " + " | ".join(f"L={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+        for stage, by_length in summary["pretrain"].items():
+            cells = [f"{r['fit_s']:.0f} / {r['step_s']:.0f}" if (r := by_length.get(str(n))) else "–"
+                     for n in lengths]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+        ntp, mlm = summary["pretrain"].get("ntp", {}), summary["pretrain"].get("mlm-bi", {})
+        both = [n for n in map(str, lengths) if n in ntp and n in mlm]
+        if both:
+            ratios = ", ".join(f"L={n}: {ntp[n]['step_s'] / mlm[n]['step_s']:.2f}" for n in both)
+            lines += ["", "F1's pretraining (causal NTP) / MLM-bidirectional pretraining, training-step time: "
+                          f"{ratios} (thesis 16.7.2 claims about 0.5)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: Path) -> Path:
+    """Validation accuracy against length, one line per arm: dashed = bidirectional, markers = pretrained."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("the study's plot needs matplotlib: pip install 'seqssm[plot]'") from None
+    from .species import ARMS
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for arm, accs in arm_table(summary):
+        spec = ARMS[arm]
+        pretrained = spec.pretrain is not None or spec.surgery is not None
+        lengths = sorted(accs)
+        ax.plot(lengths, [100 * accs[n] for n in lengths], label=arm, linestyle="--" if spec.bidirectional else "-",
+                marker="o" if pretrained else None)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(summary["lengths"], [str(n) for n in summary["lengths"]])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length L")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(f"Species, limited finetuning ({summary['preset']})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(summary: dict, out: Path) -> None:
+    """Write results.json, results.md and the plot into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "results.md").write_text(markdown(summary))
+    plot(summary, out / PLOT)

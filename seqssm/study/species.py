@@ -1,0 +1,390 @@
+"""The species pretraining study (thesis 16): every pretraining stage, surgery and finetuning arm, per length.
+
+    seqssm study species --lengths 4096 8192 16384 --data-dir data/species --out runs/species
+    seqssm study species --preset cpu-small --out runs/species-small      # synthetic genomes, ~30 min on 2 cores
+
+Each training stage is one `seqssm fit` run: its recipe from `recipes/species/`, merged with the
+preset's overrides and the stage's length, width and parents, goes through the same LightningCLI
+(`make_cli`) and Trainer. Layout under `--out`:
+
+    <L>/pretrain/<stage>/     run.yaml, checkpoints/last.ckpt, result.json   (ntp, ntp-reverse, -warm, mlm-bi)
+    <L>/surgery/<name>/       model/ (seqssm folder with provenance), result.json   (f1, f1r1, f1r1-warm)
+    <L>/<arm>/                run.yaml, checkpoints/, result.json             (the finetuning arms)
+    results.json, results.md, val_acc_vs_length.png
+
+A stage with a result.json is done and is not run again, so a rerun after an interruption picks up
+at the stage it stopped in (which starts over). A result.json written with different settings is an
+error naming the settings that differ, not a silent reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "species"
+RESULT = "result.json"
+
+
+class StudyError(ValueError):
+    """The study cannot run as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """A pretraining stage: its recipe, the stage whose last checkpoint it starts from, the width it uses."""
+
+    recipe: str
+    width: str  # "causal" or "bidirectional"
+    init_from: str | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A finetuning arm: bidirectional or not, which preset width, and what it starts from."""
+
+    bidirectional: bool
+    width: str
+    pretrain: str | None = None  # a Pretraining stage whose last.ckpt it starts from
+    surgery: str | None = None  # or a SURGERIES entry whose folder it starts from
+
+
+PRETRAINING = {
+    "ntp": Pretraining("pretrain_ntp.yaml", "causal"),
+    "ntp-reverse": Pretraining("pretrain_ntp_reverse.yaml", "causal"),  # R1
+    "ntp-reverse-warm": Pretraining("pretrain_ntp_reverse.yaml", "causal", init_from="ntp"),  # thesis 16.7.4
+    "mlm-bi": Pretraining("pretrain_mlm_bi.yaml", "bidirectional"),
+}
+# surgery name -> (function name in seqssm.models.surgery, pretraining stages it takes, in argument order)
+SURGERIES = {
+    "f1": ("to_bidirectional", ("ntp",)),
+    "f1r1": ("fuse_f1r1", ("ntp", "ntp-reverse")),
+    "f1r1-warm": ("fuse_f1r1", ("ntp", "ntp-reverse-warm")),
+}
+# F1 / F1R1 keep the causal model's widths (thesis 16.7.2): a bidirectional model at the causal width.
+ARMS = {
+    "regular": Arm(False, "causal"),
+    "bidirectional": Arm(True, "bidirectional"),
+    "ntp": Arm(False, "causal", pretrain="ntp"),
+    "mlm-bi": Arm(True, "bidirectional", pretrain="mlm-bi"),
+    "f1": Arm(True, "causal", surgery="f1"),
+    "f1r1": Arm(True, "causal", surgery="f1r1"),
+    "f1r1-warm": Arm(True, "causal", surgery="f1r1-warm"),
+}
+FINETUNE_RECIPE = "finetune.yaml"
+
+
+def _lr_rule(base_lr: float, reference_length: int) -> list[dict]:
+    return [{"class_path": "seqssm.study.LengthScaledLR",
+             "init_args": {"base_lr": base_lr, "reference_length": reference_length}}]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Study-wide settings on top of the recipes: lengths, widths, recipe overrides, synthetic data."""
+
+    lengths: tuple[int, ...]
+    widths: dict[str, int] | None = None  # {"causal", "bidirectional"}; None: thesis table 6 (the registry's)
+    overrides: dict[str, dict] = field(default_factory=dict)  # "all" / "pretrain" / "finetune" -> recipe overrides
+    halve_batch_from: int | None = 32768  # thesis 16.3: batch 64, 32 from L = 32768
+    synthetic: dict[str, Any] | None = None  # write_genomes() arguments when the data folder has no genomes
+
+
+PRESETS = {
+    "thesis": Preset(lengths=(4096, 8192, 16384)),
+    # The same grid at toy scale on synthetic genomes: per species an order-2 Markov chain with rows
+    # ~ Dirichlet(3), so short windows are ambiguous and a tiny language model starts to learn the chains
+    # within a hundred steps. Finetuning sees only the first 2048 bases of one chromosome per species
+    # (16-64 windows). The lr keeps the thesis's 1/L rule, with reference lengths matched to these lengths.
+    "cpu-small": Preset(
+        lengths=(32, 64, 128),
+        widths={"causal": 32, "bidirectional": None},  # None: the parameter-matched width, computed
+        overrides={
+            "all": {
+                "trainer": {"gradient_clip_val": 1.0},
+                "model": {"init_args": {"model_overrides": {"n_layers": 2}}},
+                "data": {"init_args": {"batch_size": 16, "val_size": 256, "num_workers": 0}},
+            },
+            "pretrain": {"trainer": {"max_steps": 120, "max_epochs": 1, "callbacks": _lr_rule(8e-3, 64)}},
+            "finetune": {"trainer": {"max_steps": 60, "max_epochs": 2, "callbacks": _lr_rule(4e-3, 64)},
+                         "data": {"init_args": {"finetune_bases": 2048}}},
+        },
+        halve_batch_from=None,
+        synthetic={"chrom_length": 40_000, "order": 2, "concentration": 3.0, "seed": 0},
+    ),
+}
+
+
+def merge(base: dict, override: dict) -> dict:
+    """`base` with `override` merged in, dicts recursively (lists and values replace)."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str)
+                for d in differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def matched_bidirectional_width(causal_width: int, **config: Any) -> int:
+    """The largest width whose bidirectional Mamba model has no more parameters than the causal one.
+
+    Table 6's rule (d=116 -> 107 on IMDB; 106 with the species task's 12 tokens and 5 classes); the
+    thesis preset keeps table 6's 107, presets with other widths use this."""
+    from seqssm.models import SequenceModel
+    from seqssm.models.surgery import count_parameters
+
+    base = {"block": "mamba", **config}
+    budget = count_parameters(SequenceModel(d_model=causal_width, **base))
+    for width in range(causal_width, 0, -1):
+        if count_parameters(SequenceModel(d_model=width, **{**base, "bidirectional": True})) <= budget:
+            return width
+    raise StudyError(f"no bidirectional width fits the parameter count of the causal model at d={causal_width}")
+
+
+@contextmanager
+def _no_argv():
+    # LightningCLI warns when sys.argv holds arguments besides `args`; the study's own are not for it
+    saved = sys.argv
+    sys.argv = ["seqssm"]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+class SpeciesStudy:
+    """Runs the grid of one preset under `out`; `run()` returns the collected results."""
+
+    def __init__(self, out: str | Path, data_dir: str | Path | None = None, preset: str = "thesis",
+                 lengths: list[int] | None = None, arms: list[str] | None = None,
+                 overrides: dict | None = None, recipes: str | Path = RECIPES, log: Callable[[str], None] = print):
+        if preset not in PRESETS:
+            raise StudyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        self.preset_name, self.preset = preset, PRESETS[preset]
+        self.out = Path(out)
+        self.lengths = list(lengths or self.preset.lengths)
+        self.arms = list(arms or ARMS)
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise StudyError(f"unknown arms {unknown}; choose from {list(ARMS)}")
+        if data_dir is None:
+            if self.preset.synthetic is None:
+                raise StudyError(f"preset {preset!r} reads real genomes: give --data-dir (layout <dir>/<species>/"
+                                 "chr<C>.fna; see seqssm.data.species)")
+            data_dir = self.out / "genomes"
+        self.data_dir = Path(data_dir)
+        self.extra = overrides or {}  # merged last into every recipe (tests use it to shrink the runs)
+        self.recipes, self.log = Path(recipes), log
+        self.widths = self._widths()
+
+    # -- settings --------------------------------------------------------------------------------
+    def _recipe(self, name: str) -> dict:
+        path = self.recipes / name
+        if not path.is_file():
+            raise StudyError(f"recipe {path} not found; pass --recipes DIR (the repository's recipes/species)")
+        return yaml.safe_load(path.read_text())
+
+    def _widths(self) -> dict[str, int]:
+        from seqssm.models import model_config
+
+        widths = dict(self.preset.widths or {})
+        widths.setdefault("causal", model_config("mamba-s6")["d_model"])
+        if widths.get("bidirectional") is None:
+            if self.preset.widths is None:
+                widths["bidirectional"] = model_config("mamba-s6-bi")["d_model"]
+            else:
+                from seqssm.data.species import DEFAULT_SPECIES
+                from seqssm.data.tokenizers import DNATokenizer
+
+                config = self._config("finetune", FINETUNE_RECIPE)
+                overrides = config["model"]["init_args"].get("model_overrides", {})
+                shape = {k: v for k, v in overrides.items() if k not in ("d_model", "dropout")}
+                n_classes = len(config["data"]["init_args"].get("species") or DEFAULT_SPECIES)
+                widths["bidirectional"] = matched_bidirectional_width(
+                    widths["causal"], vocab_size=DNATokenizer().vocab_size, n_classes=n_classes, **shape)
+        return widths
+
+    def _config(self, kind: str, recipe: str) -> dict:
+        config = self._recipe(recipe)
+        for part in (self.preset.overrides.get("all", {}), self.preset.overrides.get(kind, {}), self.extra):
+            config = merge(config, part)
+        return config
+
+    def run_config(self, kind: str, recipe: str, length: int, run_dir: Path, model: dict) -> dict:
+        """The full `seqssm fit` config of one stage: recipe + preset + this length, folder and model."""
+        config = self._config(kind, recipe)
+        data = config["data"]["init_args"]
+        trainer = config["trainer"]
+        batch = data["batch_size"]
+        if self.preset.halve_batch_from is not None and length >= self.preset.halve_batch_from:
+            batch //= 2
+        # one epoch per validation: the recipe's max_steps split evenly over its max_epochs
+        steps_per_epoch = math.ceil(trainer["max_steps"] / trainer["max_epochs"])
+        return merge(config, {
+            "trainer": {"default_root_dir": str(run_dir), "enable_progress_bar": False,
+                        "enable_model_summary": False, "num_sanity_val_steps": 0},
+            "model": {"init_args": model},
+            "data": {"init_args": {"data_dir": str(self.data_dir), "max_length": length, "batch_size": batch,
+                                   "train_size": batch * steps_per_epoch}},
+        })
+
+    def _model(self, config_model: dict, name: str, width: str, **init: Any) -> dict:
+        overrides = dict(config_model.get("model_overrides") or {})
+        overrides["d_model"] = self.widths[width]
+        return {"model": name, "model_overrides": overrides, **init}
+
+    # -- running ---------------------------------------------------------------------------------
+    def _done(self, run_dir: Path, config: dict) -> dict | None:
+        path = run_dir / RESULT
+        if not path.is_file():
+            return None
+        result = json.loads(path.read_text())
+        changed = differences(result.get("config"), config)
+        if changed:
+            raise StudyError(f"{path} was made with other settings ({'; '.join(changed)}); use another --out, or "
+                             f"delete {run_dir} to run it again")
+        return result
+
+    def _fit(self, name: str, run_dir: Path, config: dict) -> dict:
+        from seqssm.cli import make_cli
+
+        from .callbacks import TrainClock
+
+        done = self._done(run_dir, config)
+        if done is not None:
+            self.log(f"[study] {name}: done before, skipped ({run_dir / RESULT})")
+            return done
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        with _no_argv():
+            cli = make_cli(["--config", str(run_dir / "run.yaml")], run=False)
+        clock = TrainClock()
+        cli.trainer.callbacks.append(clock)
+        checkpoints = run_dir / "checkpoints"
+        # An interrupted stage starts over rather than resuming its last.ckpt: Lightning 2.6 resumed from an
+        # epoch-end checkpoint trains no further batches here, and a fresh fit keeps the wall-clock honest.
+        interrupted = checkpoints.is_dir()
+        if interrupted:
+            shutil.rmtree(checkpoints)
+        self.log(f"[study] {name}: fitting{' (interrupted before: starting over)' if interrupted else ''} -> {run_dir}")
+        cli.trainer.fit(cli.model, cli.datamodule)
+        task = cli.model
+        metric = f"val_{task.metric_name}"
+        last = checkpoints / "last.ckpt"
+        checkpoint = cli.trainer.checkpoint_callback
+        best = checkpoint.best_model_score if checkpoint is not None else None
+        result = {
+            "stage": name, "task": type(task).__name__, "config": config,
+            "metrics": {k: float(v) for k, v in cli.trainer.callback_metrics.items()},
+            "final": float(cli.trainer.callback_metrics[metric]), "metric": metric,
+            "best": None if best is None else float(best),
+            "steps": cli.trainer.global_step, "lr": float(task.hparams.lr),
+            "fit_s": round(clock.fit_s, 2), "step_s": round(clock.step_s, 2),
+            "n_params": sum(p.numel() for p in task.model.parameters()),
+            "checkpoint": str(last), "provenance": getattr(task.model, "provenance", None),
+        }
+        (run_dir / RESULT).write_text(json.dumps(result, indent=2) + "\n")
+        self.log(f"[study] {name}: {metric} {result['final']:.4f} in {result['fit_s']:.0f}s")
+        return result
+
+    def pretrain(self, stage: str, length: int) -> dict:
+        """Run (or find) pretraining `stage` at `length`, after the stage it starts from."""
+        spec = PRETRAINING[stage]
+        init = {}
+        if spec.init_from is not None:
+            init = {"init_from": self.pretrain(spec.init_from, length)["checkpoint"]}
+        run_dir = self.out / str(length) / "pretrain" / stage
+        base = self._config("pretrain", spec.recipe)["model"]["init_args"]
+        model = self._model(base, base["model"], spec.width, **init)
+        return self._fit(f"{length}/pretrain/{stage}", run_dir, self.run_config("pretrain", spec.recipe, length,
+                                                                               run_dir, model))
+
+    def surgery(self, name: str, length: int) -> dict:
+        """Make (or find) the surgery folder `name` at `length` from its pretrained parents."""
+        from seqssm.models import SequenceModel, surgery
+        from seqssm.models.hub import save_pretrained
+
+        operation, stages = SURGERIES[name]
+        parents = [self.pretrain(stage, length)["checkpoint"] for stage in stages]
+        run_dir = self.out / str(length) / "surgery" / name
+        config = {"operation": operation, "parents": dict(zip(stages, parents))}
+        done = self._done(run_dir, config)
+        if done is not None:
+            return done
+        model = getattr(surgery, operation)(*parents)
+        folder = save_pretrained(model, run_dir / "model")
+        native = SequenceModel.from_config({**model.config, "bidirectional": True})
+        result = {"stage": f"{length}/surgery/{name}", "config": config, "folder": str(folder),
+                  "n_params": surgery.count_parameters(model),
+                  "native_bidirectional_n_params": surgery.count_parameters(native),
+                  "provenance": model.provenance}
+        (run_dir / RESULT).write_text(json.dumps(result, indent=2) + "\n")
+        self.log(f"[study] {length}/surgery/{name}: {operation}({', '.join(stages)}) -> {folder}")
+        return result
+
+    def finetune(self, arm: str, length: int) -> dict:
+        """Run (or find) finetuning arm `arm` at `length`, after whatever it starts from."""
+        spec = ARMS[arm]
+        init = {}
+        if spec.pretrain is not None:
+            init = {"init_from": self.pretrain(spec.pretrain, length)["checkpoint"]}
+        elif spec.surgery is not None:
+            init = {"init_from": self.surgery(spec.surgery, length)["folder"]}
+        if init:
+            init["reinit_head"] = True  # language-model head -> a new species classifier
+        base = self._config("finetune", FINETUNE_RECIPE)["model"]["init_args"]
+        name = "mamba-s6-bi" if spec.bidirectional else "mamba-s6"
+        run_dir = self.out / str(length) / arm
+        model = self._model(base, name, spec.width, **init)
+        return self._fit(f"{length}/{arm}", run_dir, self.run_config("finetune", FINETUNE_RECIPE, length, run_dir,
+                                                                     model))
+
+    def prepare_data(self) -> None:
+        """Write the preset's synthetic genomes into the data folder if it has none."""
+        if self.preset.synthetic is None:
+            return
+        species = self._config("finetune", FINETUNE_RECIPE)["data"]["init_args"].get("species")
+        from seqssm.data.species import DEFAULT_SPECIES
+        from seqssm.data.generators.genome import write_genomes
+
+        species = list(species or DEFAULT_SPECIES)
+        absent = [s for s in species if not (self.data_dir / s).is_dir()]
+        if absent:
+            self.log(f"[study] writing synthetic genomes for {absent} into {self.data_dir}")
+            write_genomes(self.data_dir, absent, **self.preset.synthetic)
+
+    def run(self) -> dict:
+        """Every stage each chosen arm needs, at every length (shortest first), then the report."""
+        from .report import write_report
+
+        self.prepare_data()
+        results: dict[str, dict[str, dict]] = {"finetune": {}, "pretrain": {}, "surgery": {}}
+        for length in self.lengths:
+            for arm in self.arms:
+                results["finetune"].setdefault(arm, {})[str(length)] = self.finetune(arm, length)
+            for stage in PRETRAINING:
+                path = self.out / str(length) / "pretrain" / stage / RESULT
+                if path.is_file():
+                    results["pretrain"].setdefault(stage, {})[str(length)] = json.loads(path.read_text())
+            for name in SURGERIES:
+                path = self.out / str(length) / "surgery" / name / RESULT
+                if path.is_file():
+                    results["surgery"].setdefault(name, {})[str(length)] = json.loads(path.read_text())
+        summary = {"preset": self.preset_name, "lengths": self.lengths, "arms": self.arms, "widths": self.widths,
+                   "data_dir": str(self.data_dir), **results}
+        write_report(summary, self.out)
+        return summary

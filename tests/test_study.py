@@ -1,0 +1,155 @@
+"""The species study: thesis lr rule in the recipes, reversed pretraining windows, a tiny study end to end."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import yaml
+
+from seqssm.cli import main, make_cli
+from seqssm.study import LengthScaledLR, scaled_lr
+from seqssm.study import species as study
+from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
+
+RECIPES = Path(__file__).parents[1] / "recipes" / "species"
+TINY = Preset(
+    lengths=(32,), widths={"causal": 16, "bidirectional": 12},
+    overrides={"all": {"trainer": {"max_steps": 4, "max_epochs": 2},
+                       "model": {"init_args": {"model_overrides": {"n_layers": 1}}},
+                       "data": {"init_args": {"batch_size": 4, "val_size": 8, "num_workers": 0}}},
+               "finetune": {"data": {"init_args": {"finetune_bases": 256}}}},
+    halve_batch_from=None, synthetic={"chrom_length": 2_000, "concentration": 1.0, "seed": 0},
+)
+
+
+def lr_rule(recipe: str) -> dict:
+    callbacks = yaml.safe_load((RECIPES / recipe).read_text())["trainer"]["callbacks"]
+    (rule,) = [c["init_args"] for c in callbacks if c["class_path"] == "seqssm.study.LengthScaledLR"]
+    return rule
+
+
+@pytest.mark.parametrize("recipe, expected", [
+    # thesis 16.3: finetune 1e-3 * 1024 / L, pretrain 4e-3 * 2048 / L
+    ("finetune.yaml", {4096: 2.5e-4, 8192: 1.25e-4, 16384: 6.25e-5, 32768: 3.125e-5}),
+    ("pretrain_ntp.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
+    ("pretrain_ntp_reverse.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
+    ("pretrain_mlm_bi.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
+])
+def test_recipes_scale_the_lr_with_the_configured_length(recipe, expected):
+    rule = lr_rule(recipe)
+    callback = LengthScaledLR(**rule)
+    for length, lr in expected.items():
+        assert scaled_lr(rule["base_lr"], rule["reference_length"], length) == pytest.approx(lr, rel=1e-12)
+        module = SimpleNamespace(hparams=SimpleNamespace(lr=123.0))
+        callback.setup(SimpleNamespace(datamodule=SimpleNamespace(max_length=length)), module, "fit")
+        assert module.hparams.lr == pytest.approx(lr, rel=1e-12)
+
+
+def test_recipes_hold_the_thesis_settings():
+    pre = {r: yaml.safe_load((RECIPES / r).read_text())
+           for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}
+    fine = yaml.safe_load((RECIPES / "finetune.yaml").read_text())
+    for config in pre.values():
+        assert config["trainer"]["max_steps"] == 6250 and config["model"]["init_args"]["weight_decay"] == 0
+        assert config["model"]["init_args"]["model_overrides"]["dropout"] == 0
+        data = config["data"]["init_args"]
+        assert data["train_subset"] == "pretrain" and data["batch_size"] == 64
+    assert pre["pretrain_ntp_reverse.yaml"]["data"]["init_args"]["reverse"] is True
+    assert pre["pretrain_mlm_bi.yaml"]["model"]["init_args"]["model"] == "mamba-s6-bi"
+    assert fine["trainer"]["max_steps"] == 3125 and fine["model"]["init_args"]["model_overrides"]["dropout"] == 0.1
+    assert fine["data"]["init_args"]["train_subset"] == "finetune"
+    assert fine["data"]["init_args"]["finetune_bases"] == 1_000_000
+
+
+def test_thesis_preset_batch_and_widths(tmp_path):
+    s = SpeciesStudy(tmp_path, data_dir=tmp_path / "genomes")
+    assert s.widths == {"causal": 116, "bidirectional": 107}  # table 6
+    for length, batch in ((16384, 64), (32768, 32)):
+        config = s.run_config("finetune", "finetune.yaml", length, tmp_path / "run", {})
+        assert config["data"]["init_args"]["batch_size"] == batch
+        assert config["data"]["init_args"]["train_size"] == batch * 625  # 3125 steps over 5 validations
+    with pytest.raises(StudyError, match="--data-dir"):
+        SpeciesStudy(tmp_path)
+
+
+def test_reverse_pretraining_stage_sees_reversed_windows(tmp_path, monkeypatch):
+    monkeypatch.setitem(PRESETS, "tiny", TINY)
+    s = SpeciesStudy(tmp_path, preset="tiny")
+    s.prepare_data()
+
+    def train_items(stage):
+        spec = study.PRETRAINING[stage]
+        config = s.run_config("pretrain", spec.recipe, 32, tmp_path / stage, {})
+        (tmp_path / f"{stage}.yaml").write_text(yaml.safe_dump(config))
+        monkeypatch.setattr("sys.argv", ["seqssm"])
+        data = make_cli(["--config", str(tmp_path / f"{stage}.yaml")], run=False).datamodule
+        data.setup()
+        return data, [data.splits[split][i][0] for split in ("train", "val") for i in range(6)]
+
+    forward_data, forward = train_items("ntp")
+    reverse_data, reverse = train_items("ntp-reverse")
+    assert reverse_data.reverse and not forward_data.reverse and reverse_data.train_subset == "pretrain"
+    for f, r in zip(forward, reverse):
+        np.testing.assert_array_equal(r, f[::-1])
+    assert any(not np.array_equal(f, f[::-1]) for f in forward)
+
+
+class Crash(L.Callback):
+    """Stands in for an interruption: fails the fit in its second epoch."""
+
+    def on_train_batch_start(self, trainer, *args):
+        if trainer.global_step == 3:
+            raise RuntimeError("interrupted")
+
+
+def test_tiny_study_through_the_cli_then_resumes_without_rerunning_finished_arms(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(PRESETS, "tiny", TINY)
+    out = tmp_path / "study"
+    args = ["study", "species", "--preset", "tiny", "--out", str(out), "--arms", "regular", "f1"]
+
+    fit = SpeciesStudy._fit
+
+    def crash_in_f1_arm(self, name, run_dir, config):
+        if name == "32/f1":
+            config = study.merge(config, {"trainer": {"callbacks": config["trainer"]["callbacks"] + [
+                {"class_path": f"{__name__}.Crash"}]}})
+        return fit(self, name, run_dir, config)
+
+    monkeypatch.setattr(SpeciesStudy, "_fit", crash_in_f1_arm)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        main(args)
+    regular = out / "32" / "regular" / "result.json"
+    assert regular.is_file() and not (out / "32" / "f1" / "result.json").exists()
+    assert (out / "32" / "f1" / "checkpoints").is_dir()
+    before = (regular.stat().st_mtime_ns, regular.read_text())
+
+    monkeypatch.setattr(SpeciesStudy, "_fit", fit)
+    capsys.readouterr()
+    main(args)
+    log = capsys.readouterr().out
+    assert "32/regular: done before, skipped" in log and "32/pretrain/ntp: done before, skipped" in log
+    assert "32/f1: fitting (interrupted before: starting over)" in log
+    assert (regular.stat().st_mtime_ns, regular.read_text()) == before
+
+    results = json.loads((out / "results.json").read_text())
+    f1 = results["finetune"]["f1"]["32"]
+    assert f1["steps"] == 4 and 0 <= f1["final"] <= 1 and f1["metric"] == "val_acc"
+    assert f1["config"]["model"]["init_args"]["model"] == "mamba-s6-bi"
+    assert f1["config"]["model"]["init_args"]["model_overrides"]["d_model"] == 16  # F1 keeps the causal width
+    surgery = results["surgery"]["f1"]["32"]
+    assert surgery["n_params"] == surgery["native_bidirectional_n_params"]
+    assert f1["provenance"]["parents"][0]["path"] == surgery["folder"]
+    assert f1["provenance"]["parents"][0]["provenance"]["operation"] == "to_bidirectional"
+    assert results["pretrain"]["ntp"]["32"]["fit_s"] > 0 and results["pretrain"]["ntp"]["32"]["lr"] > 0
+    table = (out / "results.md").read_text()
+    assert "| regular |" in table and "| f1 |" in table and "L=32" in table and "| ntp |" in table
+    assert (out / "val_acc_vs_length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # the same folder with other settings is refused, naming what differs
+    monkeypatch.setitem(PRESETS, "tiny", Preset(**{**TINY.__dict__, "widths": {"causal": 20, "bidirectional": 12}}))
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "d_model: 16 -> 20" in capsys.readouterr().err
