@@ -5,7 +5,7 @@ latency against episode length.
     python scripts/bench_rl_cores.py --cores s5 gru --unroll 1024 --num_envs 16 --updates 2 --repeats 3
 
 Timing: for each core, `repeats` fresh runs (same seed, same PPO settings, the CPU recipe's by
-default) of one warm-up update and then `updates` timed updates on the same environment; the
+default; repeats interleaved across cores) of one warm-up update and then `updates` timed updates; the
 rollout (`collect`: act + env step) and the learning phase (`update`: scans over the stored
 rollout) are timed apart, and the median over runs is reported with each core's ratio to S5.
 Seed 000 table 5.1 has a GRU run take 3.0x as long as an S5 run.
@@ -109,11 +109,15 @@ def main(argv: list[str] | None = None) -> dict:
     env_steps = args.updates * args.num_envs * args.unroll
     result = {"settings": vars(args), "env_steps_timed": env_steps, "torch_threads": torch.get_num_threads(),
               "cores": {}}
+    # Repeats go round the cores, so that a burst of load from other processes hits every core alike.
+    runs = {core: [] for core in args.cores}
+    for _ in range(args.repeats):
+        for core in args.cores:
+            runs[core].append(time_training(core, args))
     for core in args.cores:
-        runs = [time_training(core, args) for _ in range(args.repeats)]
-        timing = {k: statistics.median(r[k] for r in runs) for k in ("collect_s", "update_s", "total_s")}
+        timing = {k: statistics.median(r[k] for r in runs[core]) for k in ("collect_s", "update_s", "total_s")}
         timing["env_steps_per_s"] = env_steps / timing["total_s"]
-        timing["runs_total_s"] = [r["total_s"] for r in runs]
+        timing["runs_total_s"] = [r["total_s"] for r in runs[core]]
         result["cores"][core] = {"timing": timing, "latency": step_latency(core, args)}
         lat = result["cores"][core]["latency"]
         print(f"{core:7s} total {timing['total_s']:7.2f}s (collect {timing['collect_s']:6.2f}s, update "
