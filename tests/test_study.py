@@ -48,6 +48,15 @@ def test_recipes_scale_the_lr_with_the_configured_length(recipe, expected):
         assert module.hparams.lr == pytest.approx(lr, rel=1e-12)
 
 
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_recipe_builds_through_the_cli(recipe, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["seqssm"])
+    cli = make_cli(["--config", str(RECIPES / recipe)], run=False)
+    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 12
+    assert cli.model.model.config["d_model"] == (107 if "mlm_bi" in recipe else 116)
+    assert any(isinstance(c, LengthScaledLR) for c in cli.trainer.callbacks)
+
+
 def test_recipes_hold_the_thesis_settings():
     pre = {r: yaml.safe_load((RECIPES / r).read_text())
            for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}

@@ -170,8 +170,8 @@ class SpeciesStudy:
     """Runs the grid of one preset under `out`; `run()` returns the collected results."""
 
     def __init__(self, out: str | Path, data_dir: str | Path | None = None, preset: str = "thesis",
-                 lengths: list[int] | None = None, arms: list[str] | None = None,
-                 overrides: dict | None = None, recipes: str | Path = RECIPES, log: Callable[[str], None] = print):
+                 lengths: list[int] | None = None, arms: list[str] | None = None, recipes: str | Path = RECIPES,
+                 log: Callable[[str], None] = print):
         if preset not in PRESETS:
             raise StudyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
         self.preset_name, self.preset = preset, PRESETS[preset]
@@ -187,7 +187,6 @@ class SpeciesStudy:
                                  "chr<C>.fna; see seqssm.data.species)")
             data_dir = self.out / "genomes"
         self.data_dir = Path(data_dir)
-        self.extra = overrides or {}  # merged last into every recipe (tests use it to shrink the runs)
         self.recipes, self.log = Path(recipes), log
         self.widths = self._widths()
 
@@ -220,7 +219,7 @@ class SpeciesStudy:
 
     def _config(self, kind: str, recipe: str) -> dict:
         config = self._recipe(recipe)
-        for part in (self.preset.overrides.get("all", {}), self.preset.overrides.get(kind, {}), self.extra):
+        for part in (self.preset.overrides.get("all", {}), self.preset.overrides.get(kind, {})):
             config = merge(config, part)
         return config
 
