@@ -22,7 +22,7 @@ def _grads(out, inputs):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex128, torch.float32])
 @pytest.mark.parametrize("with_state,with_resets", [(False, False), (True, False), (True, True)])
-@pytest.mark.parametrize("slice_target", [1, 1 << 14])  # sequential loop / chunks side by side
+@pytest.mark.parametrize("slice_target", [1, 1 << 12])  # sequential loop / chunks side by side
 def test_linear_scan_matches_reference(dtype, with_state, with_resets, slice_target, monkeypatch):
     monkeypatch.setattr(linear_scan_module, "_SLICE_TARGET", slice_target)
     B, L, F = 3, 53, 4

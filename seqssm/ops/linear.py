@@ -21,7 +21,7 @@ from seqssm.ops.backend import resolve_backend
 
 # Elements per time slice above which scanning chunks side by side stops paying off: past this
 # size one step is bandwidth-bound already, so the plain sequential loop is the fastest.
-_SLICE_TARGET = 1 << 14
+_SLICE_TARGET = 1 << 12
 
 
 def _prepare(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
