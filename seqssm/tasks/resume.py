@@ -90,7 +90,10 @@ _LOADER_ARGS = [n for n in inspect.signature(DataLoader.__init__).parameters
 def make_resumable(loader: DataLoader, position: StreamPosition) -> ResumableDataLoader:
     """The same loader (dataset, batching, workers, generator) as a ResumableDataLoader."""
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if loader.batch_sampler is not None:
+    if loader.batch_size is not None:
+        # plain batching: pass sampler and batch size, so Lightning can swap in a DistributedSampler
+        kwargs.update(sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_sampler is not None:
         kwargs["batch_sampler"] = loader.batch_sampler
     else:
         kwargs.update(batch_size=None, sampler=loader.sampler)
