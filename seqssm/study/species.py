@@ -293,6 +293,7 @@ class SpeciesStudy:
             "best": None if best is None else float(best),
             "steps": cli.trainer.global_step, "lr": float(task.hparams.lr),
             "fit_s": round(clock.fit_s, 2), "step_s": round(clock.step_s, 2),
+            "median_step_s": round(clock.median_step_s, 5),
             "n_params": sum(p.numel() for p in task.model.parameters()),
             "checkpoint": str(last), "provenance": getattr(task.model, "provenance", None),
         }
