@@ -152,6 +152,9 @@ def test_tiny_study_through_the_cli_then_resumes_without_rerunning_finished_arms
     assert surgery["n_params"] == surgery["native_bidirectional_n_params"]
     assert f1["provenance"]["parents"][0]["path"] == surgery["folder"]
     assert f1["provenance"]["parents"][0]["provenance"]["operation"] == "to_bidirectional"
+    # `seqssm export` of the arm's checkpoint keeps that lineage in the folder's config.json
+    main(["export", f1["checkpoint"], str(tmp_path / "exported")])
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["provenance"] == f1["provenance"]
     ntp = results["pretrain"]["ntp"]["32"]
     assert ntp["fit_s"] >= ntp["step_s"] >= ntp["median_step_s"] > 0 and ntp["lr"] > 0
     table = (out / "results.md").read_text()
