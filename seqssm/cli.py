@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Optional
 
+import torch
 from lightning.pytorch.cli import LightningCLI
 
 from .data import SeqDataModule
@@ -44,6 +46,9 @@ class SeqssmCLI(LightningCLI):
         for attr in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{attr}", f"model.init_args.{attr}", apply_on="instantiate")
         parser.add_lightning_class_args(TaskCheckpoint, "checkpoint")
+        parser.add_argument("--torch_threads", type=Optional[int], default=None,
+                            help="CPU threads for torch ops (default: torch's choice). 1 suits small models on "
+                                 "a few shared cores, where threads waiting on each other cost more than they gain.")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -52,6 +57,10 @@ class SeqssmCLI(LightningCLI):
                               "that a checkpoint file cannot run code")
         if self.subcommand:
             config["weights_only"] = True
+        if config.get("torch_threads") is not None:
+            if config.torch_threads < 1:
+                raise ConfigError(f"torch_threads must be >= 1, got {config.torch_threads}")
+            torch.set_num_threads(config.torch_threads)
         if config.get("ckpt_path") and config.model.init_args.get("init_from"):
             # the checkpoint's weights replace the pretrained ones anyway; don't require that file to still exist
             config.model.init_args.init_from = None

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from seqssm.cli import make_cli
 from seqssm.tasks import SequenceTask
@@ -25,6 +26,14 @@ def test_recipe_set_is_complete():
     assert expected <= set(RECIPES)
     assert any(r.startswith("recipes/smnist/") for r in RECIPES)
     assert any(r.startswith("recipes/rope/") for r in RECIPES)
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """Recipes may set `torch_threads`, a process-wide setting: put it back for the tests that follow."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
