@@ -8,8 +8,8 @@
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
     seqssm study species --preset cpu-small --out runs/species-small      # thesis 16: pretraining stages, surgery, arms
 
-The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`, `pad_token_id`,
-`mask_token_id`) come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
+The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id`
+come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
 (best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last` finds them.
 """
 
@@ -33,7 +33,7 @@ from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, Se
 from .tasks.checkpoint import TaskCheckpoint
 from .tasks.resume import ResumableTrainData
 
-LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "pad_token_id", "mask_token_id")
+LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id")
 # Errors whose message already says what is wrong and what to do: shown without a traceback.
 USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
                NotASeqssmFolderError, PretrainedFormatError, StudyError, SurgeryError)

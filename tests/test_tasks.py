@@ -59,7 +59,7 @@ class TinyTokens(SeqDataModule):
 
 
 def make_task(cls=Classification, model="mamba-s6", **kwargs):
-    dims = dict(vocab_size=VOCAB, n_classes=CLASSES, pad_token_id=PAD, mask_token_id=MASK)
+    dims = dict(vocab_size=VOCAB, n_classes=CLASSES, mask_token_id=MASK)
     return cls(model=model, model_overrides={**TINY, **kwargs.pop("model_overrides", {})}, **dims, **kwargs)
 
 

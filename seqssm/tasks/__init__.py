@@ -1,12 +1,15 @@
 """Lightning tasks: Classification, NextTokenPrediction, MaskedLM on a shared SequenceTask base."""
 
 from .base import ConfigError, NonFiniteLossError, SequenceTask
+from .checkpoint import TaskCheckpoint
 from .classification import Classification
 from .mlm import MaskedLM, mask_tokens
 from .ntp import NextTokenPrediction
 from .pretrained import IncompatibleWeightsError, LoadReport, load_weights, read_weights
+from .resume import ResumableTrainData
 
 __all__ = [
     "Classification", "ConfigError", "IncompatibleWeightsError", "LoadReport", "MaskedLM", "NextTokenPrediction",
-    "NonFiniteLossError", "SequenceTask", "load_weights", "mask_tokens", "read_weights",
+    "NonFiniteLossError", "ResumableTrainData", "SequenceTask", "TaskCheckpoint", "load_weights", "mask_tokens",
+    "read_weights",
 ]

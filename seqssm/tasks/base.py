@@ -68,7 +68,7 @@ class SequenceTask(L.LightningModule):
 
     def __init__(self, model: str = "mamba-s6", model_overrides: dict[str, Any] | None = None,
                  vocab_size: int | None = None, d_input: int | None = None, n_classes: int | None = None,
-                 pad_token_id: int | None = None, mask_token_id: int | None = None,
+                 mask_token_id: int | None = None,
                  lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
                  warmup_steps: int = 0, min_lr_ratio: float = 0.1,
                  init_from: str | None = None, init_strict: bool = True, reinit_head: bool = False,
@@ -76,7 +76,7 @@ class SequenceTask(L.LightningModule):
         """Args:
             model: registry name of the network (`seqssm.models.build`), e.g. "mamba-s6".
             model_overrides: keyword overrides of that model's defaults, e.g. {d_model: 64, n_layers: 2}.
-            vocab_size, d_input, n_classes, pad_token_id, mask_token_id: from the DataModule (linked by the CLI).
+            vocab_size, d_input, n_classes, mask_token_id: from the DataModule (linked by the CLI).
             lr: peak learning rate; tagged SSM parameters train at their tag's fraction of it.
             weight_decay: AdamW weight decay of untagged matrices (tagged SSM parameters get their own).
             betas: AdamW betas.
