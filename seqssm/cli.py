@@ -114,7 +114,10 @@ def main(args: list[str] | None = None) -> None:
 
             study_main(argv[1:])
         elif argv[:1] in (["rl"], ["rl-eval"]):
-            from .rl.cli import main as rl_main
+            try:
+                from .rl.cli import main as rl_main
+            except ModuleNotFoundError as e:
+                raise SystemExit(f"seqssm {argv[0]} needs the RL extra ({e.name} is missing): pip install 'seqssm[rl]'")
 
             rl_main(argv)
         else:
