@@ -113,10 +113,19 @@ def test_continuous_update_moves_target_by_tau_and_tunes_alpha():
     np.testing.assert_allclose(actions[:, 0], [-2.0, 0.0, 2.0])
 
 
-def test_sac_learns_a_tiny_memory_task():
+@pytest.fixture
+def one_thread():
+    """Tiny networks: intra-op threads only add synchronisation (and stall on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_sac_learns_a_tiny_memory_task(one_thread):
     env = OffPolicyEnvConfig(name="MemoryLength", kwargs={"memory_length": 3})
     rac = RACConfig(encoder=HistoryEncoderConfig(kind="gru", d_model=16, d_state=32), actor=[64], critic=[64])
-    cfg = SACConfig(total_steps=1200, num_envs=4, batch_size=32, context=8, burn_in=0, learning_starts=200, utd=0.5,
+    cfg = SACConfig(total_steps=1000, num_envs=4, batch_size=32, context=8, burn_in=0, learning_starts=200, utd=0.5,
                     lr=1e-3, alpha=0.1, autotune=False, eval_every=10_000, eval_episodes=32)
     torch.manual_seed(0)
     probe = make_offpolicy_env(env)

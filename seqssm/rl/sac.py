@@ -33,7 +33,6 @@ from seqssm.rl.offpolicy import Actor, Critic, HistoryEncoderConfig, RACConfig, 
 from seqssm.rl.replay import Episode, EpisodeReplay, SequenceBatch
 
 CHECKPOINT_FORMAT = "seqssm-sac-agent"
-OWN_ENVS = ("BestArm", "BestArmOracle", "MemoryLength", "InContextCartPole")
 
 
 @dataclass
