@@ -112,6 +112,8 @@ def in_context(cores: list[str], force: bool, train: bool) -> dict:
 
 def memory_length(lengths: list[int], force: bool, train: bool) -> dict:
     """S5's greedy accuracy per memory length (the budget of the recipe at each length); stops after a failure."""
+    if not train:  # report every length that was run
+        lengths = sorted(int(p.name.removeprefix("s5_len")) for p in (RUNS / "memory_length").glob("s5_len*"))
     results = {}
     for n in lengths:
         out_dir = RUNS / "memory_length" / f"s5_len{n}"
