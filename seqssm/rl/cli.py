@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> dict:
     """Entry point: argv = ["rl", ...] or ["rl-eval", CKPT, ...] (default: sys.argv[1:])."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["rl"]:
+        from seqssm.rl.sac_cli import main as sac_main, sac_requested
+
+        if sac_requested(argv[1:]):
+            return sac_main(argv[1:])
         return rl_main(argv[1:])
     if argv[:1] == ["rl-eval"]:
         return eval_main(argv[1:])
