@@ -26,6 +26,7 @@ import torch
 
 from seqssm.optim import param_groups
 from seqssm.rl.agent import ActorCritic, AgentConfig, build_agent
+from seqssm.rl.checkpoint import read_checkpoint, write_checkpoint
 from seqssm.rl.core import map_state
 from seqssm.rl.envs import EnvConfig, make_vector_env
 
@@ -238,26 +239,19 @@ class PPO:
 def save_checkpoint(path: str | Path, agent: ActorCritic, env: EnvConfig, agent_config: AgentConfig,
                     ppo: PPOConfig | None = None, **extra) -> Path:
     """Write an agent checkpoint (configs as plain dicts + weights; loadable with weights_only=True)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "env": asdict(env), "agent": asdict(agent_config),
         "core_model_config": agent.core_model_config, "ppo": asdict(ppo) if ppo is not None else None,
         "state_dict": agent.state_dict(), **extra,
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)  # never leave a half-written checkpoint behind
-    return path
+    return write_checkpoint(path, payload)
 
 
 def load_checkpoint(path: str | Path) -> tuple[ActorCritic, EnvConfig, dict]:
     """(agent with its trained weights, its EnvConfig, the whole checkpoint dict) from save_checkpoint's file."""
     from seqssm.rl.core import CoreConfig
 
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not a seqssm RL agent checkpoint (write one with `seqssm rl`)")
+    ckpt = read_checkpoint(path, CHECKPOINT_FORMAT, "seqssm RL agent checkpoint (write one with `seqssm rl`)")
     env = EnvConfig(**ckpt["env"])
     agent_cfg = dict(ckpt["agent"])
     agent_cfg["core"] = CoreConfig(**agent_cfg["core"])

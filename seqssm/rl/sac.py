@@ -26,6 +26,7 @@ from gymnasium import spaces
 from torch import nn
 
 from seqssm.optim import param_groups
+from seqssm.rl.checkpoint import read_checkpoint, write_checkpoint
 from seqssm.rl.core import reset_state
 from seqssm.rl.meta_envs import MemoryLength, in_context_cartpole
 from seqssm.rl.noisy_envs import BestArmIdentification, DMCEnv, ObservationNoise
@@ -286,21 +287,16 @@ def evaluate(sac: SAC, env_config: OffPolicyEnvConfig, overrides: dict | None = 
 def save_checkpoint(path: str | Path, sac: SAC, env: OffPolicyEnvConfig, rac: RACConfig, config: SACConfig,
                     **extra) -> Path:
     """Write a SAC agent checkpoint: configs as plain dicts and weights (loadable with weights_only=True)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": CHECKPOINT_FORMAT, "env": asdict(env), "agent": asdict(rac), "sac": asdict(config),
                "state_dict": sac.state_dict(), **extra}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-    return path
+    return write_checkpoint(path, payload)
 
 
 def load_checkpoint(path: str | Path) -> tuple[SAC, OffPolicyEnvConfig, dict]:
     """(SAC agent with its trained weights, its environment config, the checkpoint dict) from save_checkpoint's file."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not a seqssm SAC agent checkpoint (write one with `seqssm rl` and algorithm: sac)")
+    ckpt = read_checkpoint(
+        path, CHECKPOINT_FORMAT, "seqssm SAC agent checkpoint (write one with `seqssm rl` and algorithm: sac)"
+    )
     env = OffPolicyEnvConfig(**ckpt["env"])
     agent = dict(ckpt["agent"])
     rac = RACConfig(**{**agent, "encoder": HistoryEncoderConfig(**agent["encoder"])})
