@@ -61,7 +61,7 @@ def test_best_arm_oracle_is_the_posterior():
         obs, *_ = env.step(ASK)
     # known sigma, prior N(0, 1/12): after n samples the std is (12 + n / sigma^2)^-1/2
     assert obs[1] == pytest.approx((12 + 2001 / env.sigma**2) ** -0.5, rel=1e-4)
-    assert obs[0] == pytest.approx(env.mu, abs=4 * obs[1] + 1e-3)
+    assert obs[0] == pytest.approx(env.mu, abs=float(4 * obs[1] + 1e-3))
 
 
 def _trial_obs(env, action=0):
