@@ -158,8 +158,7 @@ class _SelectiveScan(torch.autograd.Function):
         u, delta, A, B, C, keep, starts = ctx.saved_tensors
         chunk = ctx.chunk
         length = u.shape[1]
-        grads = [torch.empty_like(x) for x in (u, delta, B, C)]
-        grad_u, grad_delta, grad_B, grad_C = grads
+        grad_u, grad_delta, grad_B, grad_C = (torch.empty_like(x) for x in (u, delta, B, C))
         grad_A = torch.zeros_like(A)
         # Adjoint of the state after the current chunk, carried backwards across chunks.
         g_next = grad_last.clone() if grad_last is not None else torch.zeros_like(starts[0])
