@@ -19,11 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.ops.backend import resolve_backend
-from seqssm.ops.linear import _scan_forward
 
-# Elements of one chunk's (batch, chunk, dim, N) tensors: large enough that each op amortises
-# its dispatch cost, small enough that a handful of them stay well below one full-size tensor.
-_CHUNK_ELEMENTS = 1 << 18
+# Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
+# amortises its dispatch cost, small enough that the four buffers stay in a core's L2 cache.
+_CHUNK_ELEMENTS = 1 << 17
 
 
 def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets):
@@ -53,13 +52,6 @@ def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets):
         raise ValueError(f"initial_state must be (batch, dim, N) = ({batch}, {dim}, {n}), got {tuple(initial_state.shape)}")
     if resets is not None and resets.shape != (batch, length):
         raise ValueError(f"resets must be (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
-
-
-def _grouped(M: torch.Tensor) -> torch.Tensor:
-    """B or C as (batch, L, groups, N)."""
-    if M.ndim == 3:
-        M = M.unsqueeze(1)
-    return M.permute(0, 3, 1, 2)
 
 
 def _finish(y, u, D, z, out_dtype):
@@ -121,74 +113,129 @@ def selective_scan_reference(
     return (y, h.to(y.dtype)) if return_last_state else y
 
 
-def _chunk_states(u, delta, A, B, keep, h_start):
-    """Discretise and scan one chunk: u, delta (b, T, g, e); A (g, e, N); B (b, T, g, N);
-    keep (b, T) or None; h_start (b, g, e, N) -> dA, h, both (b, T, g, e, N)."""
-    dA = torch.exp(delta.unsqueeze(-1) * A)
+class _ChunkBuffers:
+    """(chunk, b, g, N, e) buffers allocated once per call and reused by every chunk, with their
+    per-step views made once: indexing a tensor each step costs as much as the step's arithmetic."""
+
+    def __init__(self, like: torch.Tensor, chunk: int, state: tuple, names: tuple):
+        for name in names:
+            buf = like.new_empty(chunk, *state)
+            setattr(self, name, buf)
+            setattr(self, name + "_t", buf.unbind(0))
+
+
+def _chunk_states(buf, n, delta, du, A, B, keep, start):
+    """Discretise and scan one chunk of n steps into buf.dA and buf.h, time-major:
+    delta, du (n, b, g, 1, e); A (g, N, e); B (n, b, g, N); keep (n, b) or None; start (b, g, N, e).
+    Returns dA = exp(delta A) (0 where the state resets) and h, the state after each step, both
+    (n, b, g, N, e) views of the buffers."""
+    dA, h = buf.dA[:n], buf.h[:n]
+    torch.mul(delta, A, out=dA).exp_()
     if keep is not None:
-        dA = dA * keep.view(*keep.shape, 1, 1, 1)
-    dBu = (delta * u).unsqueeze(-1) * B.unsqueeze(3)
-    shape = dA.shape
-    flat = (shape[0], shape[1], -1)
-    h = _scan_forward(dA.reshape(flat), dBu.reshape(flat), h_start.reshape(shape[0], -1))
-    return dA, h.view(shape)
+        dA.mul_(keep.view(*keep.shape, 1, 1, 1))
+    torch.mul(du, B.unsqueeze(-1), out=h)
+    prev = start
+    for dA_t, h_t in zip(buf.dA_t[:n], buf.h_t[:n]):
+        prev = h_t.addcmul_(dA_t, prev)
+    return dA, h
+
+
+def _time_major(x: torch.Tensor) -> torch.Tensor:
+    """(..., L) -> contiguous (L, prod(...)). A 2-D transpose of a contiguous tensor takes torch's
+    cache-blocked copy, several times faster than copying an N-d permuted view."""
+    return x.reshape(-1, x.shape[-1]).t().contiguous()
+
+
+def _from_time_major(x: torch.Tensor, shape) -> torch.Tensor:
+    """(L, ...) -> contiguous tensor of `shape` (..., L); the inverse of `_time_major`."""
+    return x.reshape(shape[-1], -1).t().contiguous().view(shape)
 
 
 class _SelectiveScan(torch.autograd.Function):
-    """u, delta (b, L, g, e); A (g, e, N); B, C (b, L, g, N); h0 (b, g, e, N); keep (b, L) or None
-    -> y (b, L, g, e), last state (b, g, e, N). Only chunk-start states are kept for backward."""
+    """u, delta (b, dim, L); A (dim, N); B, C (b, g, N, L); h0 (b, dim, N); keep (b, L) or None
+    -> y (b, dim, L), last state (b, dim, N).
+
+    Inside, tensors are time-major with the state index before the channel, e = dim / g:
+    (L, b, g, 1, e) for u and delta, (L, b, g, N) for B and C, (b, g, N, e) for a state. Then every
+    per-step slice is one contiguous block and every reduction over N or over channels is a
+    contiguous matrix product. Only chunk-start states are kept for backward; all
+    (chunk, b, g, N, e) work happens in a few buffers allocated once per call."""
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, h0, keep, chunk):
-        length = u.shape[1]
-        starts, ys = [], []
-        h = h0
-        for s in range(0, length, chunk):
-            sl = slice(s, s + chunk)
-            starts.append(h)
-            _, hs = _chunk_states(u[:, sl], delta[:, sl], A, B[:, sl], None if keep is None else keep[:, sl], h)
-            ys.append(torch.matmul(hs, C[:, sl].unsqueeze(-1)).squeeze(-1))
-            h = hs[:, -1].clone()  # a view would keep the whole chunk alive in `starts`
-        ctx.save_for_backward(u, delta, A, B, C, keep, torch.stack(starts))
+        batch, dim, length = u.shape
+        groups, n_state = B.shape[1], B.shape[2]
+        e = dim // groups
+        shapes = dict(seq=(length, batch, groups, 1, e), bc=(length, batch, groups, n_state))
+        u, delta = (_time_major(x).view(shapes["seq"]) for x in (u, delta))
+        B, C = (_time_major(x).view(shapes["bc"]) for x in (B, C))
+        A = A.reshape(groups, e, n_state).transpose(-1, -2).contiguous()
+        keep = None if keep is None else keep.t().contiguous()
+        state = (batch, groups, n_state, e)
+        chunk = min(chunk, length)
+        du = delta * u
+        buf = _ChunkBuffers(u, chunk, state, ("dA", "h"))
+        starts = u.new_empty(-(-length // chunk), *state)
+        y = torch.empty_like(u)
+        prev = h0.reshape(batch, groups, e, n_state).transpose(-1, -2)
+        for i, s in enumerate(range(0, length, chunk)):
+            n = min(chunk, length - s)
+            start = starts[i].copy_(prev)
+            sl = slice(s, s + n)
+            _, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], start)
+            torch.matmul(C[sl].unsqueeze(-2), h, out=y[sl])
+            prev = h[n - 1]
+        ctx.save_for_backward(u, delta, A, B, C, keep, starts)
         ctx.chunk = chunk
-        return torch.cat(ys, dim=1), h
+        last = prev.transpose(-1, -2).reshape(batch, dim, n_state)
+        return _from_time_major(y, (batch, dim, length)), last
 
     @staticmethod
     def backward(ctx, grad_y, grad_last):
         u, delta, A, B, C, keep, starts = ctx.saved_tensors
         chunk = ctx.chunk
-        length = u.shape[1]
-        grad_u, grad_delta, grad_B, grad_C = (torch.empty_like(x) for x in (u, delta, B, C))
+        length, batch, groups, _, e = u.shape
+        n_state = A.shape[1]
+        grad_y = _time_major(grad_y).view(u.shape)
+        du = delta * u
+        grad_du, grad_delta = torch.empty_like(u), torch.empty_like(u)
+        grad_B, grad_C = torch.empty_like(B), torch.empty_like(C)
         grad_A = torch.zeros_like(A)
+        buf = _ChunkBuffers(u, chunk, starts.shape[1:], ("dA", "h", "g", "scratch"))
         # Adjoint of the state after the current chunk, carried backwards across chunks.
-        g_next = grad_last.clone() if grad_last is not None else torch.zeros_like(starts[0])
+        if grad_last is None:
+            g_next = torch.zeros_like(starts[0])
+        else:
+            g_next = grad_last.reshape(batch, groups, e, n_state).transpose(-1, -2).contiguous()
         for i, s in reversed(list(enumerate(range(0, length, chunk)))):
-            sl = slice(s, s + chunk)
-            u_c, delta_c, B_c, C_c = u[:, sl], delta[:, sl], B[:, sl], C[:, sl]
-            dA, h = _chunk_states(u_c, delta_c, A, B_c, None if keep is None else keep[:, sl], starts[i])
-            gy = grad_y[:, sl]
+            n = min(chunk, length - s)
+            sl = slice(s, s + n)
+            dA, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], starts[i])
+            gy, g_c = grad_y[sl], buf.g[:n]
             # Adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1}; the chunk's last step receives g_next.
-            g = gy.unsqueeze(-1) * C_c.unsqueeze(3)
-            g[:, -1] += g_next
-            if g.shape[1] > 1:
-                shape = g[:, :-1].shape
-                flat = (shape[0], shape[1], -1)
-                g[:, :-1] = _scan_forward(
-                    dA[:, 1:].reshape(flat), g[:, :-1].reshape(flat), g[:, -1].reshape(shape[0], -1), reverse=True
-                ).view(shape)
-            grad_C[:, sl] = torch.matmul(gy.unsqueeze(-2), h).squeeze(-2)
-            du = delta_c * u_c
-            grad_B[:, sl] = torch.matmul(du.unsqueeze(-2), g).squeeze(-2)
-            grad_du = torch.matmul(g, B_c.unsqueeze(-1)).squeeze(-1)
-            g_next = dA[:, 0] * g[:, 0]  # adjoint of the state before this chunk
-            # d loss / d (delta * A) per state = g_t * h_{t-1} * dA_t, in place: g is spent.
-            g[:, 1:].mul_(h[:, :-1])
-            g[:, 0].mul_(starts[i])
-            x = g.mul_(dA)
-            grad_delta[:, sl] = (x * A).sum(-1) + grad_du * u_c
-            grad_u[:, sl] = grad_du * delta_c
-            grad_A += (x * delta_c.unsqueeze(-1)).sum((0, 1))  # einsum lowers to a slow strided bmm here
-        return grad_u, grad_delta, grad_A, grad_B, grad_C, g_next, None, None
+            torch.mul(C[sl].unsqueeze(-1), gy, out=g_c)
+            g_c[n - 1] += g_next
+            for t in range(n - 2, -1, -1):
+                buf.g_t[t].addcmul_(buf.dA_t[t + 1], buf.g_t[t + 1])
+            torch.matmul(gy, h.transpose(-1, -2), out=grad_C[sl].unsqueeze(-2))
+            torch.matmul(du[sl], g_c.transpose(-1, -2), out=grad_B[sl].unsqueeze(-2))
+            torch.matmul(B[sl].unsqueeze(-2), g_c, out=grad_du[sl])
+            g_next = dA[0] * g_c[0]  # adjoint of the state before this chunk
+            # d loss / d (delta A) = g_t * h_{t-1} * dA_t, in place: g is spent.
+            g_c[1:].mul_(h[:-1])
+            g_c[0].mul_(starts[i])
+            g_c.mul_(dA)
+            grad_A += torch.mul(g_c, delta[sl], out=buf.scratch[:n]).sum((0, 1))
+            torch.sum(g_c.mul_(A), -2, keepdim=True, out=grad_delta[sl])
+        grad_delta.addcmul_(grad_du, u)
+        grad_u = grad_du.mul_(delta)
+        dim = groups * e
+        seq, bc = (batch, dim, length), (batch, groups, n_state, length)
+        return (
+            _from_time_major(grad_u, seq), _from_time_major(grad_delta, seq),
+            grad_A.transpose(-1, -2).reshape(dim, n_state), _from_time_major(grad_B, bc), _from_time_major(grad_C, bc),
+            g_next.transpose(-1, -2).reshape(batch, dim, n_state), None, None,
+        )
 
 
 def _selective_scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, resets):
@@ -196,26 +243,19 @@ def _selective_scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, i
     compute = torch.promote_types(u.dtype, torch.float32)
     batch, dim, length = u.shape
     n = A.shape[1]
-    groups = 1 if B.ndim == 3 else B.shape[1]
-    if C.ndim != B.ndim or (C.ndim == 4 and C.shape[1] != groups):
+    B, C = (M.unsqueeze(1) if M.ndim == 3 else M for M in (B, C))
+    if C.shape[1] != B.shape[1]:
         raise ValueError("B and C must have the same grouping in the 'torch' backend")
     u_c = u.to(compute)
     delta = _prepare_delta(delta, delta_bias, delta_softplus, compute)
-    # (batch, L, groups, dim/groups): the scan runs along dim 1, a group shares one B / C.
-    to_blge = lambda x: x.transpose(1, 2).reshape(batch, length, groups, dim // groups).contiguous()  # noqa: E731
-    h0 = (
-        u_c.new_zeros(batch, groups, dim // groups, n)
-        if initial_state is None
-        else initial_state.to(compute).reshape(batch, groups, dim // groups, n)
-    )
+    h0 = u_c.new_zeros(batch, dim, n) if initial_state is None else initial_state.to(compute)
     keep = None if resets is None else (~resets.to(torch.bool)).to(compute)
-    chunk = max(1, _CHUNK_ELEMENTS // (batch * dim * n))
+    chunk = max(1, _CHUNK_ELEMENTS * torch.get_num_threads() // (batch * dim * n))
     y, last = _SelectiveScan.apply(
-        to_blge(u_c), to_blge(delta), A.to(compute).reshape(groups, dim // groups, n),
-        _grouped(B).to(compute).contiguous(), _grouped(C).to(compute).contiguous(), h0, keep, chunk,
+        u_c.contiguous(), delta.contiguous(), A.to(compute), B.to(compute).contiguous(), C.to(compute).contiguous(),
+        h0, keep, chunk,
     )
-    y = y.reshape(batch, length, dim).transpose(1, 2)
-    return _finish(y, u_c, D, z, out_dtype), last.reshape(batch, dim, n)
+    return _finish(y, u_c, D, z, out_dtype), last
 
 
 def _selective_scan_mamba(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
