@@ -2,8 +2,12 @@
 
     python scripts/bench_scan.py --lengths 256 1024 2048 4096 --repeats 5 --out runs/bench_scan.json
 
-Each (backend, L) runs in its own subprocess so that its peak resident memory can be read
-(`ru_maxrss` minus the resident size after the inputs were built and one small warm-up call). Backends: seqssm's
+Each (backend, L) runs in two subprocesses. The timing one runs with the default allocator, as a
+user's process does. The memory one reads its peak resident memory (`ru_maxrss` minus the resident
+size after the inputs were built and one small warm-up call) with a fixed glibc mmap threshold, so
+that every large freed tensor goes back to the OS at once and the high-water mark counts live
+tensors, not allocator fragmentation (that setting makes every large allocation fault its pages
+in afresh, so it is never used for timing). Backends: seqssm's
 "reference" and "torch", and mambapy's parallel scan (`pscan`) wrapped the way mambapy's own
 Mamba uses it, when mambapy is installed. Shapes: batch 4, dim 512, N 16 unless told otherwise.
 """
@@ -19,7 +23,10 @@ import subprocess
 import sys
 import time
 
-FULL_TENSOR_NOTE = "peak_ratio = peak extra memory / bytes of one (batch, L, dim, N) float32 tensor"
+FULL_TENSOR_NOTE = (
+    "times with the default allocator; peak_ratio = peak extra memory (fixed mmap threshold, see the docstring) "
+    "/ bytes of one (batch, L, dim, N) float32 tensor"
+)
 
 
 def _rss_bytes() -> int:
@@ -40,7 +47,8 @@ def _mambapy_scan(u, delta, A, B, C, D):
     return y.transpose(1, 2)
 
 
-def worker(backend: str, length: int, repeats: int, batch: int, dim: int, n: int, threads: int) -> dict:
+def worker(mode: str, backend: str, length: int, repeats: int, batch: int, dim: int, n: int, threads: int) -> dict:
+    """mode "time": `repeats` timed fwd+bwd runs; mode "memory": one run's peak extra resident memory."""
     import torch
 
     if threads:
@@ -66,18 +74,16 @@ def worker(backend: str, length: int, repeats: int, batch: int, dim: int, n: int
         selective_scan(*warm, backend=backend).sum().backward()
     base = _rss_bytes()
     times = []
-    for _ in range(repeats):
+    for _ in range(repeats if mode == "time" else 1):
         for p in (u, delta, A, B, C, D):
             p.grad = None
         start = time.perf_counter()
         run().sum().backward()
         times.append(time.perf_counter() - start)
+    if mode == "time":
+        return {"times_s": times, "median_s": statistics.median(times)}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    full = batch * length * dim * n * 4
-    return {
-        "backend": backend, "L": length, "times_s": times, "median_s": statistics.median(times),
-        "peak_extra_bytes": peak, "peak_ratio": peak / full,
-    }
+    return {"peak_extra_bytes": peak, "peak_ratio": peak / (batch * length * dim * n * 4)}
 
 
 def main() -> None:
@@ -90,10 +96,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: torch's default)")
     parser.add_argument("--out", default="runs/bench_scan.json")
-    parser.add_argument("--worker", nargs=2, metavar=("BACKEND", "L"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=3, metavar=("MODE", "BACKEND", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = worker(args.worker[0], int(args.worker[1]), args.repeats, args.batch, args.dim, args.n, args.threads)
+        mode, backend, length = args.worker
+        result = worker(mode, backend, int(length), args.repeats, args.batch, args.dim, args.n, args.threads)
         print(json.dumps(result))
         return
 
@@ -104,16 +111,17 @@ def main() -> None:
         except ImportError:
             print("mambapy not installed: skipping its comparator (pip install mambapy)", file=sys.stderr)
             backends.remove("mambapy")
-    # A fixed mmap threshold makes glibc hand every large freed tensor back to the OS at once, so
-    # the resident high-water mark measures live tensors rather than allocator fragmentation.
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    envs = {"time": dict(os.environ), "memory": {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}}
     rows = []
     for length in args.lengths:
         for backend in backends:
-            cmd = [sys.executable, __file__, "--worker", backend, str(length), "--repeats", str(args.repeats),
-                   "--batch", str(args.batch), "--dim", str(args.dim), "--n", str(args.n), "--threads", str(args.threads)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-            row = json.loads(out.strip().splitlines()[-1])
+            row = {"backend": backend, "L": length}
+            for mode, env in envs.items():
+                cmd = [sys.executable, __file__, "--worker", mode, backend, str(length), "--repeats",
+                       str(args.repeats), "--batch", str(args.batch), "--dim", str(args.dim), "--n", str(args.n),
+                       "--threads", str(args.threads)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+                row.update(json.loads(out.strip().splitlines()[-1]))
             rows.append(row)
             print(f"L={length:5d} {backend:10s} median {row['median_s']:.3f}s  peak {row['peak_ratio']:.2f}x full",
                   flush=True)

@@ -35,14 +35,24 @@ def test_conv_reference_is_causal_left_padded_depthwise_conv():
 
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("with_resets", [False, True])
-def test_conv_fast_path_matches_reference(with_state, with_resets):
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_conv_fast_path_matches_reference(with_state, with_resets, channels_last):
+    """Outputs, final state and gradients; a channels-last x (a transposed (batch, L, dim) tensor,
+    as the Mamba block passes it) also gives y in that layout."""
     x, w, b = _conv_inputs(2, 5, 11)
+    leaf = (x.transpose(1, 2).contiguous() if channels_last else x.clone()).requires_grad_()
+    x = leaf.transpose(1, 2) if channels_last else leaf
     s0 = torch.randn(2, 5, 3, dtype=torch.float64) if with_state else None
     r = _resets(2, 11) if with_resets else None
     y_ref, s_ref = causal_conv1d_reference(x, w, b, s0, r, return_final_state=True)
     y, s = causal_conv1d(x, w, b, s0, r, return_final_state=True, backend="torch")
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(s, s_ref)
+    assert (y.stride(1) == 1) == channels_last
+    weights = torch.randn_like(y_ref)
+    (g_ref,) = torch.autograd.grad((y_ref * weights).sum() + s_ref.sum(), leaf)
+    (g,) = torch.autograd.grad((y * weights).sum() + s.sum(), leaf)
+    torch.testing.assert_close(g, g_ref)
 
 
 def test_conv_step_loop_and_reset_semantics():

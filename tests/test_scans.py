@@ -115,6 +115,44 @@ def test_selective_scan_matches_reference(
         torch.testing.assert_close(g_fast, g_ref, **TOL[dtype])
 
 
+@pytest.mark.parametrize("groups", [0, 2])
+@pytest.mark.parametrize("chunk_elements", [1 << 21, 96])
+def test_selective_scan_channels_last_inputs(groups, chunk_elements, monkeypatch):
+    """u, delta, B, C given as (batch, L, channels) memory seen through a transpose, as S6 passes them:
+    same outputs and gradients as the reference, and y comes back in the same layout."""
+    monkeypatch.setattr(selective_scan_module, "_CHUNK_ELEMENTS", chunk_elements)
+    inp = _selective_inputs(torch.float64, groups, True, True, True, True, True)
+    for name in ("u", "delta", "B", "C", "z"):
+        stored = inp[name].detach().transpose(-1, -2).contiguous().requires_grad_()
+        inp[name], inp[name + "_stored"] = stored.transpose(-1, -2), stored
+    assert inp["u"].stride(1) == 1
+    fast = selective_scan(**{k: v for k, v in inp.items() if not k.endswith("_stored")}, delta_softplus=True,
+                          return_last_state=True, backend="torch")
+    ref = selective_scan(**{k: v for k, v in inp.items() if not k.endswith("_stored")}, delta_softplus=True,
+                         return_last_state=True, backend="reference")
+    assert fast[0].stride(1) == 1
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x, y, **TOL[torch.float64])
+    leaves = [v for k, v in inp.items() if k.endswith("_stored")] + [inp["A"], inp["initial_state"]]
+    for g_fast, g_ref in zip(_grads(fast, leaves), _grads(ref, leaves)):
+        torch.testing.assert_close(g_fast, g_ref, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_selective_scan_inference_path_matches_reference(channels_last, monkeypatch):
+    """Without autograd the torch backend keeps no chunk-start states: same outputs and last state."""
+    monkeypatch.setattr(selective_scan_module, "_CHUNK_ELEMENTS", 96)
+    inp = _selective_inputs(torch.float64, 2, True, True, True, True, True)
+    if channels_last:
+        for name in ("u", "delta", "B", "C", "z"):
+            inp[name] = inp[name].detach().transpose(-1, -2).contiguous().transpose(-1, -2)
+    with torch.no_grad():
+        fast = selective_scan(**inp, delta_softplus=True, return_last_state=True, backend="torch")
+        ref = selective_scan(**inp, delta_softplus=True, return_last_state=True, backend="reference")
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x, y, **TOL[torch.float64])
+
+
 def test_selective_scan_gradcheck():
     inp = _selective_inputs(torch.float64, 2, True, True, True, True, True, B=1, D=4, N=2, L=7)
     names = [k for k, v in inp.items() if isinstance(v, torch.Tensor) and v.requires_grad]

@@ -91,27 +91,36 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     if backend not in ("auto", "torch"):
         raise ValueError(f"unknown backend {backend!r} for causal_conv1d; choose 'auto', 'torch' or 'reference'")
     length, k = x.shape[-1], weight.shape[1]
-    if initial_state is None:
-        xp = F.pad(x, (k - 1, 0))
-    else:
-        xp = torch.cat([initial_state.to(x.dtype), x], dim=-1)
     if backend == "auto" and initial_state is None and resets is None and x.is_cuda and has_causal_conv1d():
         _log_choice("causal_conv1d", "causal_conv1d")
         from causal_conv1d import causal_conv1d_fn
 
         y = causal_conv1d_fn(x, weight, bias)
-        return (y, _final_state(xp, None, k)) if return_final_state else y
+        return (y, _final_state(F.pad(x, (k - 1, 0)), None, k)) if return_final_state else y
     _log_choice("causal_conv1d", "torch")
+    # Work in the input's memory order: a channels-last x (a transposed (batch, L, dim) tensor, as the
+    # Mamba block passes it) is convolved along dim 1 of that tensor, and y keeps the layout.
+    channels_last = length > 1 and x.stride(1) == 1
+    seq = x.transpose(1, 2) if channels_last else x
+    time_dim = 1 if channels_last else 2
+    pad = x.new_zeros(x.shape[0], x.shape[1], k - 1) if initial_state is None else initial_state
+    pad = pad.to(x.dtype)
+    xp = torch.cat([pad.transpose(1, 2) if channels_last else pad, seq], dim=time_dim)
     # A sum of K shifted, scaled copies: with K = 4 this is as fast as F.conv1d forward on large
     # inputs and far faster on small ones and in the backward pass (measured on CPU: depthwise
     # conv1d backward took >10x longer at (16, 232, 1024)); masking a tap implements resets.
     mask = _source_mask(resets, length, k, x.device)
     y = None
     for j in range(k):
-        w = weight[:, j, None] if mask is None else weight[:, j, None] * mask[:, None, :, j].to(x.dtype)
-        y = xp[..., j : j + length] * w if y is None else y.addcmul(xp[..., j : j + length], w)
+        w = weight[:, j] if channels_last else weight[:, j, None]
+        if mask is not None:
+            w = w * (mask[:, :, j, None] if channels_last else mask[:, None, :, j]).to(x.dtype)
+        tap = xp.narrow(time_dim, j, length)
+        y = tap * w if y is None else y.addcmul(tap, w)
     if bias is not None:
-        y = y + bias[:, None]
+        y = y + (bias if channels_last else bias[:, None])
+    if channels_last:
+        y, xp = y.transpose(1, 2), xp.transpose(1, 2)
     return (y, _final_state(xp, resets, k)) if return_final_state else y
 
 

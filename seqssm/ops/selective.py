@@ -141,14 +141,59 @@ def _chunk_states(buf, n, delta, du, A, B, keep, start):
 
 
 def _time_major(x: torch.Tensor) -> torch.Tensor:
-    """(..., L) -> contiguous (L, prod(...)). A 2-D transpose of a contiguous tensor takes torch's
-    cache-blocked copy, several times faster than copying an N-d permuted view."""
-    return x.reshape(-1, x.shape[-1]).t().contiguous()
+    """x (b, ..., L) -> contiguous (L, b, ...), copying as little as its memory layout allows."""
+    perm = (x.ndim - 1, *range(x.ndim - 1))
+    viewed = x.permute(perm)
+    if viewed.stride(-1) == 1 or not x.is_contiguous():
+        # Channels-last memory (as S6 passes its (b, L, d) activations): whole rows copy, or nothing
+        # at all at batch 1.
+        return viewed.contiguous()
+    # A 2-D transpose of a contiguous tensor takes torch's cache-blocked copy, several times faster
+    # than copying an N-d permuted view.
+    return x.reshape(-1, x.shape[-1]).t().contiguous().view(viewed.shape)
 
 
-def _from_time_major(x: torch.Tensor, shape) -> torch.Tensor:
-    """(L, ...) -> contiguous tensor of `shape` (..., L); the inverse of `_time_major`."""
-    return x.reshape(shape[-1], -1).t().contiguous().view(shape)
+def _from_time_major(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """x contiguous (L, b, ...) -> (b, ..., L): a free view when the caller's tensors are channels-last,
+    else contiguous, so that the output keeps the memory layout of the input."""
+    viewed = x.permute(*range(1, x.ndim), 0)
+    if channels_last:
+        return viewed
+    return x.reshape(x.shape[0], -1).t().contiguous().view(viewed.shape)
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    """Is x (b, ..., L) stored with L outermost within each batch row or channels innermost?"""
+    return x.shape[-1] > 1 and x.stride(-1) != 1 and x.stride(-2) == 1
+
+
+def _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts):
+    """The chunked forward of `_SelectiveScan` (same arguments) -> y (L, b, dim), last state (b, dim, N),
+    the time-major inputs (u, delta, A, B, C, keep) and, with store_starts, every chunk's start state."""
+    batch, dim, length = u.shape
+    groups, n_state = B.shape[1], B.shape[2]
+    e = dim // groups
+    u, delta = (_time_major(x).view(length, batch, groups, 1, e) for x in (u, delta))
+    B, C = (_time_major(x).view(length, batch, groups, n_state) for x in (B, C))
+    A = A.reshape(groups, e, n_state).transpose(-1, -2).contiguous()
+    keep = None if keep is None else keep.t().contiguous()
+    state = (batch, groups, n_state, e)
+    chunk = min(chunk, length)
+    du = delta * u
+    buf = _ChunkBuffers(u, chunk, state, ("dA", "h"))
+    # The state entering each chunk: all of them for backward, else one slot that outlives the chunk.
+    starts = u.new_empty(-(-length // chunk) if store_starts else 1, *state)
+    y = torch.empty_like(u)
+    prev = h0.reshape(batch, groups, e, n_state).transpose(-1, -2)
+    for i, s in enumerate(range(0, length, chunk)):
+        n = min(chunk, length - s)
+        start = starts[i if store_starts else 0].copy_(prev)
+        sl = slice(s, s + n)
+        _, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], start)
+        torch.matmul(C[sl].unsqueeze(-2), h, out=y[sl])
+        prev = h[n - 1]
+    last = prev.transpose(-1, -2).reshape(batch, dim, n_state)
+    return y.view(length, batch, dim), last, (u, delta, A, B, C, keep), starts
 
 
 class _SelectiveScan(torch.autograd.Function):
@@ -163,32 +208,11 @@ class _SelectiveScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, h0, keep, chunk):
-        batch, dim, length = u.shape
-        groups, n_state = B.shape[1], B.shape[2]
-        e = dim // groups
-        shapes = dict(seq=(length, batch, groups, 1, e), bc=(length, batch, groups, n_state))
-        u, delta = (_time_major(x).view(shapes["seq"]) for x in (u, delta))
-        B, C = (_time_major(x).view(shapes["bc"]) for x in (B, C))
-        A = A.reshape(groups, e, n_state).transpose(-1, -2).contiguous()
-        keep = None if keep is None else keep.t().contiguous()
-        state = (batch, groups, n_state, e)
-        chunk = min(chunk, length)
-        du = delta * u
-        buf = _ChunkBuffers(u, chunk, state, ("dA", "h"))
-        starts = u.new_empty(-(-length // chunk), *state)
-        y = torch.empty_like(u)
-        prev = h0.reshape(batch, groups, e, n_state).transpose(-1, -2)
-        for i, s in enumerate(range(0, length, chunk)):
-            n = min(chunk, length - s)
-            start = starts[i].copy_(prev)
-            sl = slice(s, s + n)
-            _, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], start)
-            torch.matmul(C[sl].unsqueeze(-2), h, out=y[sl])
-            prev = h[n - 1]
-        ctx.save_for_backward(u, delta, A, B, C, keep, starts)
-        ctx.chunk = chunk
-        last = prev.transpose(-1, -2).reshape(batch, dim, n_state)
-        return _from_time_major(y, (batch, dim, length)), last
+        ctx.channels_last = [_is_channels_last(x) for x in (u, delta, B, C)]
+        y, last, inputs, starts = _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts=True)
+        ctx.save_for_backward(*inputs, starts)
+        ctx.chunk = min(chunk, u.shape[-1])
+        return _from_time_major(y, ctx.channels_last[0]), last
 
     @staticmethod
     def backward(ctx, grad_y, grad_last):
@@ -230,10 +254,11 @@ class _SelectiveScan(torch.autograd.Function):
         grad_delta.addcmul_(grad_du, u)
         grad_u = grad_du.mul_(delta)
         dim = groups * e
-        seq, bc = (batch, dim, length), (batch, groups, n_state, length)
+        grad_u, grad_delta = (g.view(length, batch, dim) for g in (grad_u, grad_delta))
+        grads = (_from_time_major(g, last) for g, last in zip((grad_u, grad_delta, grad_B, grad_C), ctx.channels_last))
+        grad_u, grad_delta, grad_B, grad_C = grads
         return (
-            _from_time_major(grad_u, seq), _from_time_major(grad_delta, seq),
-            grad_A.transpose(-1, -2).reshape(dim, n_state), _from_time_major(grad_B, bc), _from_time_major(grad_C, bc),
+            grad_u, grad_delta, grad_A.transpose(-1, -2).reshape(dim, n_state), grad_B, grad_C,
             g_next.transpose(-1, -2).reshape(batch, dim, n_state), None, None,
         )
 
@@ -251,10 +276,12 @@ def _selective_scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, i
     h0 = u_c.new_zeros(batch, dim, n) if initial_state is None else initial_state.to(compute)
     keep = None if resets is None else (~resets.to(torch.bool)).to(compute)
     chunk = max(1, _CHUNK_ELEMENTS * torch.get_num_threads() // (batch * dim * n))
-    y, last = _SelectiveScan.apply(
-        u_c.contiguous(), delta.contiguous(), A.to(compute), B.to(compute).contiguous(), C.to(compute).contiguous(),
-        h0, keep, chunk,
-    )
+    args = (u_c, delta, A.to(compute), B.to(compute), C.to(compute), h0, keep, chunk)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in args[:6]):
+        y, last = _SelectiveScan.apply(*args)
+    else:  # inference: no chunk-start states to keep
+        y, last, _, _ = _selective_forward(*args, store_starts=False)
+        y = _from_time_major(y, _is_channels_last(u_c))
     return _finish(y, u_c, D, z, out_dtype), last
 
 
