@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from seqssm.layers import S4, S4D, frozen_weights
+from seqssm.layers.base import step_system
 from seqssm.layers.gru import GRU
 from seqssm.layers.hippo import hippo_legs, legs_nplr
 from seqssm.layers.kalman import KalmanLayer, associative_scan, vSSM
@@ -304,3 +306,44 @@ def test_autocast_keeps_state_in_fp32(name):
     for t in (s if isinstance(s, tuple) else (s,)):
         assert t.dtype in (torch.float32, torch.complex64)
     assert torch.isfinite(y).all() and torch.isfinite(y_t).all()
+
+
+FROZEN_LAYERS = {**{k: LAYERS[k] for k in ("s5", "lssl", "kalman", "vssm")},
+                 "s4d": lambda: S4D(H, 4), "s4": lambda: S4(H, 4)}
+
+
+@pytest.mark.parametrize("name", FROZEN_LAYERS)
+def test_frozen_weights_caches_the_step_system_and_drops_it_on_exit(name):
+    """Inside `frozen_weights` without autograd, stepping reuses one discretised system and gives the same
+    numbers; a parameter changed between blocks is seen by the next block; with autograd on nothing is cached."""
+    torch.manual_seed(0)
+    layer = FROZEN_LAYERS[name]().double()
+    x = rand(5, 2, H)
+
+    def run():
+        state, ys = layer.initial_state(2, dtype=torch.float64), []
+        for x_t in x:
+            y, state = layer.step(x_t, state)
+            ys.append(y)
+        return torch.stack(ys)
+
+    with torch.no_grad():
+        plain = run()
+        builds = []
+        with frozen_weights():
+            cached = run()
+            first = step_system(layer, lambda d: builds.append(d) or object(), torch.float64)
+            again = step_system(layer, lambda d: builds.append(d) or object(), torch.float64)
+        torch.testing.assert_close(cached, plain)
+        assert first is again and builds == []  # the layer's own step already filled the cache for float64
+        for p in layer.parameters():
+            p.mul_(1.1)
+        with frozen_weights():
+            after = run()
+        changed = run()
+    torch.testing.assert_close(after, changed)
+    assert not torch.allclose(after, plain)
+    with frozen_weights():
+        y, _ = layer.step(x[0].requires_grad_(), layer.initial_state(2, dtype=torch.float64))
+        y.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())

@@ -11,12 +11,44 @@ A state is a tensor or a (nested) tuple of tensors; its leading dimension is the
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import threading
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 State = Any  # a tensor or a nested tuple / list of tensors
+
+_frozen = threading.local()
+
+
+@contextlib.contextmanager
+def frozen_weights():
+    """Inside this block the caller promises that no parameter changes (a rollout, generation): layers
+    then build their discretised system once per dtype and reuse it in every `step` run without
+    autograd, instead of rebuilding it (exponentials, dense inverses) at each step. The cache is
+    dropped when the block ends. Nested blocks share the outermost one's cache."""
+    if getattr(_frozen, "cache", None) is not None:
+        yield
+        return
+    _frozen.cache = {}
+    try:
+        yield
+    finally:
+        _frozen.cache = None
+
+
+def step_system(layer: nn.Module, build: Callable[[torch.dtype], Any], dtype: torch.dtype):
+    """build(dtype): the layer's parameter-only system for `step`, cached inside `frozen_weights()` when
+    autograd is off (with autograd on, every call rebuilds it so gradients reach the parameters)."""
+    cache = getattr(_frozen, "cache", None)
+    if cache is None or torch.is_grad_enabled():
+        return build(dtype)
+    key = (layer, dtype)
+    if key not in cache:
+        cache[key] = build(dtype)
+    return cache[key]
 
 
 class SequenceLayer(nn.Module):

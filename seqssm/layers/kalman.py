@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence, step_system
 from seqssm.layers.s4d import compute_dtype, no_autocast
 from seqssm.ops.linear import linear_scan
 from seqssm.ops.ssm_kernels import discretize_diag
@@ -187,7 +187,7 @@ class KalmanLayer(SequenceLayer):
         dtype = compute_dtype(x_t.dtype, self.B.dtype)
         signals = self.project(x_t, dtype)
         with no_autocast(x_t):
-            dA, dB, q = self.discrete(dtype)
+            dA, dB, q = step_system(self, self.discrete, dtype)
             if not self.update:
                 m = dA * state.to(dtype) + dB * signals[0]
                 new_state = m

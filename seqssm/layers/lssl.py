@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, step_system
 from seqssm.layers.hippo import hippo_legs, log_dt_init
 from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
 from seqssm.ops.fftconv import fft_conv
@@ -110,7 +110,7 @@ class LSSL(SequenceLayer):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
         dtype = compute_dtype(x_t.dtype, self.D.dtype)
         with no_autocast(x_t):
-            dA, dB, C = self.discrete(dtype)
+            dA, dB, C = step_system(self, self.discrete, dtype)
             y, h = self._step(dA, dB, C, self.D.to(dtype), x_t.to(dtype), state.to(dtype))
         return y.to(x_t.dtype), h
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.base import SequenceLayer, check_resets, step_system
 from seqssm.layers.hippo import log_dt_init, s4_init
 from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
 from seqssm.ops.fftconv import fft_conv
@@ -93,7 +93,7 @@ class S4(SequenceLayer):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
         dtype = compute_dtype(x_t.dtype, self.D.dtype)
         with no_autocast(x_t):
-            dA, dB, C = self.dense(dtype)
+            dA, dB, C = step_system(self, self.dense, dtype)
             u = x_t.to(dtype)
             h = torch.einsum("hmn,bhn->bhm", dA, state.to(dtype)) + dB * u.unsqueeze(-1)
             y = (h * C).sum(-1) + self.D.to(dtype) * u

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.base import SequenceLayer, check_resets, step_system
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.linear import linear_scan
@@ -87,6 +87,10 @@ class S4D(SequenceLayer):
         log_dA, dB = discretize_diag(A, B, torch.exp(self.log_dt.to(dtype)), self.discretization)
         return log_dA, dB, C
 
+    def _step_system(self, dtype: torch.dtype):
+        log_dA, dB, C = self.discrete(dtype)
+        return torch.exp(log_dA), dB, C
+
     def kernel(self, L: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The convolution kernel K (H, L) of the current parameters."""
         log_dA, dB, C = self.discrete(dtype)
@@ -130,9 +134,9 @@ class S4D(SequenceLayer):
         """x_t (B, H), state (B, H, N/2) complex -> (y_t (B, H), next state)."""
         dtype = compute_dtype(x_t.dtype, self.D.dtype)
         with no_autocast(x_t):
-            log_dA, dB, C = self.discrete(dtype)
+            dA, dB, C = step_system(self, self._step_system, dtype)
             u = x_t.to(dtype)
-            h = torch.exp(log_dA) * state.to(log_dA.dtype) + dB * u.unsqueeze(-1)
+            h = dA * state.to(dA.dtype) + dB * u.unsqueeze(-1)
             y = 2 * (h * C).sum(-1).real + self.D.to(dtype) * u
         return y.to(x_t.dtype), h
 

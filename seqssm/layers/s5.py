@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence, step_system
 from seqssm.layers.hippo import legs_nplr, log_dt_init
 from seqssm.layers.s4d import complex_dtype, compute_dtype, no_autocast
 from seqssm.ops.linear import linear_scan
@@ -121,7 +121,7 @@ class S5(SequenceLayer):
         """x_t (B, H), state (B, P') complex -> (y_t (B, H), next state)."""
         dtype = compute_dtype(x_t.dtype, self.D.dtype)
         with no_autocast(x_t):
-            dA, dB, C = self.discrete(dtype)
+            dA, dB, C = step_system(self, self.discrete, dtype)
             u = x_t.to(dtype)
             h = dA * state.to(dA.dtype) + self._drive(u, dB)
             y = self._readout(h, C, u)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.stack import make_stack
+from seqssm.layers import frozen_weights
 
 POOLINGS = ("mean", "last", "cls", None)
 
@@ -230,9 +231,10 @@ class SequenceModel(nn.Module):
         # Only the last position's logits are needed: a (B, L, vocab) head output would cost L times more.
         h, state = self.backbone.scan(self.embed(input_ids))
         logits, tokens = self._head(h[:, -1]), [input_ids]
-        for i in range(max_new_tokens):
-            nxt = sample_next(logits, temperature, top_k, generator)
-            tokens.append(nxt[:, None])
-            if i + 1 < max_new_tokens:
-                logits, state = self.step(nxt, state)
+        with frozen_weights():
+            for i in range(max_new_tokens):
+                nxt = sample_next(logits, temperature, top_k, generator)
+                tokens.append(nxt[:, None])
+                if i + 1 < max_new_tokens:
+                    logits, state = self.step(nxt, state)
         return torch.cat(tokens, dim=1)

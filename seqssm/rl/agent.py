@@ -61,9 +61,12 @@ class ActionHead(nn.Module):
     def distribution(self, h: torch.Tensor) -> "Policy":
         """h (..., d) -> the policy at every position of h."""
         out = self.net(h)
+        # The network's outputs are valid parameters by construction; argument checks cost as much as the
+        # rest of a rollout step's sampling.
         if self.kind == "box":
-            return Policy(self.kind, [Normal(out, self.log_std.exp().expand_as(out))])
-        return Policy(self.kind, [Categorical(logits=part) for part in out.split(self.sizes, dim=-1)])
+            return Policy(self.kind, [Normal(out, self.log_std.exp().expand_as(out), validate_args=False)])
+        parts = out.split(self.sizes, dim=-1)
+        return Policy(self.kind, [Categorical(logits=part, validate_args=False) for part in parts])
 
 
 @dataclass

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from seqssm.layers import frozen_weights
 from seqssm.optim import param_groups
 from seqssm.rl.agent import ActorCritic, AgentConfig, build_agent
 from seqssm.rl.checkpoint import read_checkpoint, write_checkpoint
@@ -153,20 +154,21 @@ class PPO:
         length = self.config.unroll
         start_state = self.state
         obs, dones, actions, log_probs, values, rewards = [], [], [], [], [], []
-        for _ in range(length):
-            out = self.agent.act(self.obs, self.state, self.done)
-            next_obs, reward, terminated, truncated, _ = self.envs.step(to_env_action(out.action))
-            done = np.logical_or(terminated, truncated)
-            self.episodes.record(reward, done)
-            obs.append(self.obs)
-            dones.append(self.done)
-            actions.append(out.action)
-            log_probs.append(out.log_prob)
-            values.append(out.value)
-            rewards.append(torch.as_tensor(reward, dtype=self.dtype))
-            self.obs = torch.as_tensor(next_obs, dtype=self.dtype)
-            self.done = torch.as_tensor(done)
-            self.state = out.state
+        with frozen_weights():
+            for _ in range(length):
+                out = self.agent.act(self.obs, self.state, self.done)
+                next_obs, reward, terminated, truncated, _ = self.envs.step(to_env_action(out.action))
+                done = np.logical_or(terminated, truncated)
+                self.episodes.record(reward, done)
+                obs.append(self.obs)
+                dones.append(self.done)
+                actions.append(out.action)
+                log_probs.append(out.log_prob)
+                values.append(out.value)
+                rewards.append(torch.as_tensor(reward, dtype=self.dtype))
+                self.obs = torch.as_tensor(next_obs, dtype=self.dtype)
+                self.done = torch.as_tensor(done)
+                self.state = out.state
         self.steps += length * self.envs.num_envs
         rollout = Rollout(*(torch.stack(x, dim=1) for x in (obs, dones, actions, log_probs, values, rewards)),
                           start_state=start_state)
@@ -275,12 +277,13 @@ def run_episodes(agent: ActorCritic, envs, episodes: int, deterministic: bool = 
     done = torch.ones(envs.num_envs, dtype=torch.bool)
     state = agent.initial_state(envs.num_envs)
     tracker = EpisodeTracker(envs.num_envs, quota=quota)
-    while (tracker.count < quota).any():
-        out = agent.act(obs, state, done, deterministic=deterministic)
-        next_obs, reward, terminated, truncated, _ = envs.step(to_env_action(out.action))
-        done_np = np.logical_or(terminated, truncated)
-        tracker.record(reward, done_np)
-        obs, done, state = torch.as_tensor(next_obs, dtype=dtype), torch.as_tensor(done_np), out.state
+    with frozen_weights():
+        while (tracker.count < quota).any():
+            out = agent.act(obs, state, done, deterministic=deterministic)
+            next_obs, reward, terminated, truncated, _ = envs.step(to_env_action(out.action))
+            done_np = np.logical_or(terminated, truncated)
+            tracker.record(reward, done_np)
+            obs, done, state = torch.as_tensor(next_obs, dtype=dtype), torch.as_tensor(done_np), out.state
     returns, lengths = np.array(tracker.returns), np.array(tracker.lengths)
     return {"episodes": len(returns), "mean_return": float(returns.mean()), "std_return": float(returns.std()),
             "min_return": float(returns.min()), "max_return": float(returns.max()),
