@@ -9,11 +9,17 @@ Prompt processing: greedy generation of 1 token after a --prompt-length prompt (
 Decoding: generation of --new-tokens more tokens after a short prompt, timed as the difference to
 generating one, tokens/s = batch * new tokens / time. Both libraries decode greedily and the script
 checks that they produce the same tokens. Best of --repeats runs.
+
+A third row, "weight-read bound", times only the matrix products that one decoding step must do
+(every projection of every block and the vocabulary head, on the batch's vectors, in float32): no
+float32 implementation that multiplies by these weights can decode faster on this machine, since at
+small batch each step streams all of them from memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -34,6 +40,13 @@ def best_time(fn, repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def _matrix_products(hf, batch: int) -> None:
+    """The weight products of one decoding step of `hf` at `batch`: each Linear (and the tied head) once."""
+    for module in hf.modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.functional.linear(torch.ones(batch, module.in_features), module.weight)
 
 
 def generators(hf, ours):
@@ -76,7 +89,8 @@ def bench_size(name: str, args) -> list[tuple]:
             many = best_time(lambda: outs.__setitem__(lib, gen(short, args.new_tokens + 1)), args.repeats)
             result[lib] = (batch * args.prompt_length / prefill, batch * args.new_tokens / max(many - one, 1e-9))
         same = torch.equal(outs["transformers"], outs["seqssm"])
-        for lib in run:
+        result["weight-read bound"] = (float("nan"), batch / best_time(lambda: _matrix_products(hf, batch), 5))
+        for lib in result:
             rows.append((name, batch, lib, *result[lib], same))
             print(f"  {name} batch {batch} {lib:12s} prompt {result[lib][0]:8.1f} tok/s  decode {result[lib][1]:7.1f} "
                   f"tok/s", flush=True)
@@ -92,6 +106,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads for both libraries (default: torch's)")
+    parser.add_argument("--out", default="runs/bench_generate.json")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -105,10 +120,19 @@ def main() -> None:
           "| speed-up prompt / decode | same tokens |")
     print("|---|---|---|---|---|---|---|")
     base = {(r[0], r[1]): r for r in rows if r[2] == "transformers"}
+    records = []
     for size, batch, lib, prompt, decode, same in rows:
         ref = base[(size, batch)]
-        speedup = f"{prompt / ref[3]:.1f}x / {decode / ref[4]:.1f}x" if lib == "seqssm" else ""
-        print(f"| {size} | {batch} | {lib} | {prompt:.0f} | {decode:.1f} | {speedup} | {'yes' if same else 'NO'} |")
+        speedup = "" if lib == "transformers" else f"{prompt / ref[3]:.1f}x / {decode / ref[4]:.1f}x"
+        cells = (f"{prompt:.0f}", "yes" if same else "NO") if prompt == prompt else ("-", "-")  # nan: the bound row
+        speedup = speedup.replace("nanx", "-")
+        print(f"| {size} | {batch} | {lib} | {cells[0]} | {decode:.1f} | {speedup} | {cells[1]} |")
+        records.append({"size": size, "batch": batch, "library": lib, "prompt_tok_s": prompt, "decode_tok_s": decode,
+                        "prompt_speedup": prompt / ref[3], "decode_speedup": decode / ref[4], "same_tokens": same})
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"settings": vars(args), "torch_threads": torch.get_num_threads(), "rows": records}, f, indent=2)
+    print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":
