@@ -42,11 +42,18 @@ def best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def _matrix_products(hf, batch: int) -> None:
-    """The weight products of one decoding step of `hf` at `batch`: each Linear (and the tied head) once."""
+def _matrix_products(hf, batch: int, transposed: bool) -> None:
+    """The weight products of one decoding step of `hf` at `batch`: each Linear (and the tied head) once,
+    as x W^T or, transposed, as W x^T (MKL is faster that way round for some skinny shapes)."""
     for module in hf.modules():
         if isinstance(module, torch.nn.Linear):
-            torch.nn.functional.linear(torch.ones(batch, module.in_features), module.weight)
+            x = torch.ones(batch, module.in_features)
+            module.weight @ x.T if transposed else torch.nn.functional.linear(x, module.weight)
+
+
+def weight_read_bound(hf, batch: int) -> float:
+    """Decoding tokens/s if a step cost only its weight products, done the faster way round."""
+    return batch / min(best_time(lambda: _matrix_products(hf, batch, t), 5) for t in (False, True))
 
 
 def generators(hf, ours):
@@ -89,7 +96,7 @@ def bench_size(name: str, args) -> list[tuple]:
             many = best_time(lambda: outs.__setitem__(lib, gen(short, args.new_tokens + 1)), args.repeats)
             result[lib] = (batch * args.prompt_length / prefill, batch * args.new_tokens / max(many - one, 1e-9))
         same = torch.equal(outs["transformers"], outs["seqssm"])
-        result["weight-read bound"] = (float("nan"), batch / best_time(lambda: _matrix_products(hf, batch), 5))
+        result["weight-read bound"] = (float("nan"), weight_read_bound(hf, batch))
         for lib in result:
             rows.append((name, batch, lib, *result[lib], same))
             print(f"  {name} batch {batch} {lib:12s} prompt {result[lib][0]:8.1f} tok/s  decode {result[lib][1]:7.1f} "
