@@ -224,8 +224,8 @@ class _SelectiveScan(torch.autograd.Function):
         du = delta * u
         grad_du, grad_delta = torch.empty_like(u), torch.empty_like(u)
         grad_B, grad_C = torch.empty_like(B), torch.empty_like(C)
-        grad_A = torch.zeros_like(A)
-        buf = _ChunkBuffers(u, chunk, starts.shape[1:], ("dA", "h", "g", "scratch"))
+        buf = _ChunkBuffers(u, chunk, starts.shape[1:], ("dA", "h", "g", "grad_A"))
+        buf.grad_A.zero_()  # per-slot sums of g * delta over chunks, reduced once at the end
         # Adjoint of the state after the current chunk, carried backwards across chunks.
         if grad_last is None:
             g_next = torch.zeros_like(starts[0])
@@ -249,8 +249,9 @@ class _SelectiveScan(torch.autograd.Function):
             g_c[1:].mul_(h[:-1])
             g_c[0].mul_(starts[i])
             g_c.mul_(dA)
-            grad_A += torch.mul(g_c, delta[sl], out=buf.scratch[:n]).sum((0, 1))
+            buf.grad_A[:n].addcmul_(g_c, delta[sl])
             torch.sum(g_c.mul_(A), -2, keepdim=True, out=grad_delta[sl])
+        grad_A = buf.grad_A.sum((0, 1))
         grad_delta.addcmul_(grad_du, u)
         grad_u = grad_du.mul_(delta)
         dim = groups * e
