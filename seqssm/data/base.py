@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .cache import Ragged
 from .collate import PadCollate
+from .tokenizers import ByteTokenizer
 
 SPLIT_SEED = 42  # S4's seed for held-out validation splits: keeps our splits equal to the published runs
 
@@ -70,6 +71,13 @@ class SeqDataModule(L.LightningDataModule):
         self.pad_token_id: int | None = None
         self.mask_token_id: int | None = None
         self.splits: dict[str, Dataset] = {}
+
+    def use_byte_tokens(self, n_classes: int) -> None:
+        """Byte-level text classes (IMDB, AAN): `self.tokenizer` a ByteTokenizer, with its vocabulary size
+        and pad id, and `n_classes`."""
+        self.tokenizer = ByteTokenizer()
+        self.vocab_size, self.pad_token_id = self.tokenizer.vocab_size, self.tokenizer.pad_token_id
+        self.n_classes = n_classes
 
     # -- what subclasses provide -------------------------------------------------------------
     def build_splits(self) -> dict[str, Dataset]:

@@ -18,11 +18,10 @@ the system stays stable however training moves the parameters.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from seqssm.layers.base import SequenceLayer, check_resets, step_system
-from seqssm.layers.hippo import log_dt_init, s4_init
-from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
+from seqssm.layers.hippo import s4_init
+from seqssm.layers.s4d import compute_dtype, diagonal_A, init_diagonal_ssm, no_autocast, ssm_param
 from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
 
@@ -36,19 +35,13 @@ class S4(SequenceLayer):
             raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
         self.d_model, self.d_state = d_model, d_state
         Lambda, P, B = s4_init(d_state, d_model)
-        self.log_A_real = ssm_param(torch.log(-Lambda.real))
-        self.A_imag = ssm_param(Lambda.imag)
-        self.P = ssm_param(torch.view_as_real(P))
-        self.B = ssm_param(torch.view_as_real(B))
-        self.C = ssm_param(torch.view_as_real(torch.randn(d_model, d_state // 2, dtype=torch.complex64)))
-        self.log_dt = ssm_param(log_dt_init(d_model, dt_min, dt_max))
-        self.D = nn.Parameter(torch.ones(d_model))
+        init_diagonal_ssm(self, Lambda, B, dt_min, dt_max)
+        self.P = ssm_param(torch.view_as_real(P))  # the low-rank term: A = Λ - p p^*
 
     def dplr(self, dtype: torch.dtype):
         """-> Λ, P, B, C (H, N/2) complex and Δ (H,) in `dtype`'s precision."""
-        Lambda = torch.complex(-torch.exp(self.log_A_real.to(dtype)), self.A_imag.to(dtype))
         P, B, C = (torch.view_as_complex(p.to(dtype)) for p in (self.P, self.B, self.C))
-        return Lambda, P, B, C, torch.exp(self.log_dt.to(dtype))
+        return diagonal_A(self, dtype), P, B, C, torch.exp(self.log_dt.to(dtype))
 
     def dense(self, dtype: torch.dtype):
         """The discrete system as real matrices: -> Ā (H, N, N), B̄ (H, N), C (H, N)."""

@@ -33,6 +33,23 @@ def ssm_param(value: torch.Tensor) -> nn.Parameter:
     return tag_param(nn.Parameter(value.contiguous()))
 
 
+def init_diagonal_ssm(layer: nn.Module, A: torch.Tensor, B: torch.Tensor, dt_min: float, dt_max: float) -> None:
+    """Give `layer` (with d_model, d_state) the parameters S4 and S4D share (thesis 12.2.4): A (H, N/2) as
+    Re A = -exp(log_A_real) < 0 and A_imag, B (H, N/2), C ~ N(0, 1) complex, Δ log-uniform in
+    [dt_min, dt_max], all tagged as SSM parameters, and D = 1."""
+    layer.log_A_real = ssm_param(torch.log(-A.real))
+    layer.A_imag = ssm_param(A.imag)
+    layer.B = ssm_param(torch.view_as_real(B))
+    layer.C = ssm_param(torch.view_as_real(torch.randn(layer.d_model, layer.d_state // 2, dtype=torch.complex64)))
+    layer.log_dt = ssm_param(log_dt_init(layer.d_model, dt_min, dt_max))
+    layer.D = nn.Parameter(torch.ones(layer.d_model))
+
+
+def diagonal_A(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    """The continuous-time diagonal A (H, N/2) of a layer set up by `init_diagonal_ssm`, complex in `dtype`."""
+    return torch.complex(-torch.exp(layer.log_A_real.to(dtype)), layer.A_imag.to(dtype))
+
+
 def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """The real dtype SSM numerics run in: the promotion of `dtypes`, at least float32."""
     out = torch.float32
@@ -72,19 +89,12 @@ class S4D(SequenceLayer):
         if d_state % 2:
             raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
         self.d_model, self.d_state, self.discretization = d_model, d_state, discretization
-        A, B = s4d_init(d_state, d_model, init)
-        self.log_A_real = ssm_param(torch.log(-A.real))
-        self.A_imag = ssm_param(A.imag)
-        self.B = ssm_param(torch.view_as_real(B))
-        self.C = ssm_param(torch.view_as_real(torch.randn(d_model, d_state // 2, dtype=torch.complex64)))
-        self.log_dt = ssm_param(log_dt_init(d_model, dt_min, dt_max))
-        self.D = nn.Parameter(torch.ones(d_model))
+        init_diagonal_ssm(self, *s4d_init(d_state, d_model, init), dt_min, dt_max)
 
     def discrete(self, dtype: torch.dtype):
         """-> log Ā, B̄, C, each (H, N/2) complex in `dtype`'s precision."""
-        A = torch.complex(-torch.exp(self.log_A_real.to(dtype)), self.A_imag.to(dtype))
         B, C = torch.view_as_complex(self.B.to(dtype)), torch.view_as_complex(self.C.to(dtype))
-        log_dA, dB = discretize_diag(A, B, torch.exp(self.log_dt.to(dtype)), self.discretization)
+        log_dA, dB = discretize_diag(diagonal_A(self, dtype), B, torch.exp(self.log_dt.to(dtype)), self.discretization)
         return log_dA, dB, C
 
     def _step_system(self, dtype: torch.dtype):

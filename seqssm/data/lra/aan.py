@@ -8,7 +8,6 @@ from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
 from ..errors import missing
 from ..io import parse_int_label, read_tsv
-from ..tokenizers import ByteTokenizer
 
 LAYOUT = """<data_dir>/                 (e.g. data/aan, or lra_release/tsv_data)
   new_aan_pairs.train.tsv     no header; columns label, id1, id2, text1, text2
@@ -31,10 +30,7 @@ class AANDataModule(SeqDataModule):
     def __init__(self, data_dir=None, batch_size: int = 32, num_workers: int = 0, max_length: int = 4000,
                  seed: int = 42, cache_dir=None):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
-        self.tokenizer = ByteTokenizer()
-        self.vocab_size = self.tokenizer.vocab_size
-        self.n_classes = 2
-        self.pad_token_id = self.tokenizer.pad_token_id
+        self.use_byte_tokens(n_classes=2)
 
     def encode_pair(self, text1: str, text2: str) -> np.ndarray:
         """ids (<= 2 * max_length,): each document cut to `max_length` tokens including its end token."""

@@ -8,7 +8,6 @@ from pathlib import Path
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
 from ..errors import DataFormatError, missing
-from ..tokenizers import ByteTokenizer
 from .text import read_text_table
 
 LAYOUT = """<data_dir>/                 (e.g. data/imdb), any one of:
@@ -85,10 +84,7 @@ class IMDBDataModule(SeqDataModule):
     def __init__(self, data_dir=None, batch_size: int = 32, num_workers: int = 0, max_length: int = 4096,
                  seed: int = 42, cache_dir=None):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
-        self.tokenizer = ByteTokenizer()
-        self.vocab_size = self.tokenizer.vocab_size
-        self.n_classes = 2
-        self.pad_token_id = self.tokenizer.pad_token_id
+        self.use_byte_tokens(n_classes=2)
 
     def build_splits(self):
         files = locate_imdb(self.data_dir)
