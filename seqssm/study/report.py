@@ -56,15 +56,12 @@ def plot(summary: dict, path: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("the study's plot needs matplotlib: pip install 'seqssm[plot]'") from None
-    from .species import ARMS
-
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for arm, accs in arm_table(summary):
-        spec = ARMS[arm]
-        pretrained = spec.pretrain is not None or spec.surgery is not None
+        kind = summary["arm_kinds"][arm]
         lengths = sorted(accs)
-        ax.plot(lengths, [100 * accs[n] for n in lengths], label=arm, linestyle="--" if spec.bidirectional else "-",
-                marker="o" if pretrained else None)
+        ax.plot(lengths, [100 * accs[n] for n in lengths], label=arm, linestyle="--" if kind["bidirectional"] else "-",
+                marker="o" if kind["pretrained"] else None)
     ax.set_xscale("log", base=2)
     ax.set_xticks(summary["lengths"], [str(n) for n in summary["lengths"]])
     ax.minorticks_off()

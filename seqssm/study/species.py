@@ -259,7 +259,7 @@ class SpeciesStudy:
         return result
 
     def _fit(self, name: str, run_dir: Path, config: dict) -> dict:
-        from seqssm.cli import make_cli
+        from seqssm.tasks.lightning_cli import make_cli
 
         from .callbacks import TrainClock
 
@@ -384,7 +384,10 @@ class SpeciesStudy:
                 path = self.out / str(length) / "surgery" / name / RESULT
                 if path.is_file():
                     results["surgery"].setdefault(name, {})[str(length)] = json.loads(path.read_text())
-        summary = {"preset": self.preset_name, "lengths": self.lengths, "arms": self.arms, "widths": self.widths,
-                   "data_dir": str(self.data_dir), **results}
+        kinds = {arm: {"bidirectional": ARMS[arm].bidirectional,
+                       "pretrained": ARMS[arm].pretrain is not None or ARMS[arm].surgery is not None}
+                 for arm in self.arms}
+        summary = {"preset": self.preset_name, "lengths": self.lengths, "arms": self.arms, "arm_kinds": kinds,
+                   "widths": self.widths, "data_dir": str(self.data_dir), **results}
         write_report(summary, self.out)
         return summary

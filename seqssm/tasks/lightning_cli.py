@@ -1,0 +1,62 @@
+"""`SeqssmCLI`: the LightningCLI behind `seqssm fit | validate | test | predict`, and `make_cli` to build it.
+
+Here, below both the `seqssm` command and the species study (which runs its stages through it), so
+that neither has to import the other.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+from lightning.pytorch.cli import LightningCLI
+
+from ..data import SeqDataModule
+from .base import ConfigError, SequenceTask
+from .checkpoint import TaskCheckpoint
+from .resume import ResumableTrainData
+
+LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id")
+class SeqssmCLI(LightningCLI):
+    """LightningCLI with data-to-model dimension links, task-aware checkpoints and safe checkpoint loading."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        for attr in LINKED_FROM_DATA:
+            parser.link_arguments(f"data.{attr}", f"model.init_args.{attr}", apply_on="instantiate")
+        parser.add_lightning_class_args(TaskCheckpoint, "checkpoint")
+        parser.add_argument("--torch_threads", type=Optional[int], default=None,
+                            help="CPU threads for torch ops (default: torch's choice). 1 suits small models on "
+                                 "a few shared cores, where threads waiting on each other cost more than they gain.")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.get("weights_only") is False:
+            raise ConfigError("weights_only: false is refused: seqssm loads checkpoints with weights_only=True so "
+                              "that a checkpoint file cannot run code")
+        if self.subcommand:
+            config["weights_only"] = True
+        if config.get("torch_threads") is not None:
+            if config.torch_threads < 1:
+                raise ConfigError(f"torch_threads must be >= 1, got {config.torch_threads}")
+            torch.set_num_threads(config.torch_threads)
+        if config.get("ckpt_path") and config.model.init_args.get("init_from"):
+            # the checkpoint's weights replace the pretrained ones anyway; don't require that file to still exist
+            config.model.init_args.init_from = None
+
+    def after_instantiate_classes(self) -> None:
+        # a stable folder per run, so that `--ckpt_path last` finds the previous run's last.ckpt
+        for callback in self.trainer.checkpoint_callbacks:
+            if isinstance(callback, TaskCheckpoint) and callback.dirpath is None:
+                callback.dirpath = os.path.join(self.trainer.default_root_dir, "checkpoints")
+
+
+def make_cli(args=None, run: bool = True) -> SeqssmCLI:
+    """The `seqssm` LightningCLI on `args` (default: sys.argv); `run=False` only parses and instantiates."""
+    return SeqssmCLI(
+        SequenceTask, SeqDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        trainer_defaults={"callbacks": [ResumableTrainData()]},
+        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args, run=run,
+        parser_kwargs={"description": "Train and evaluate seqssm models. Also: `seqssm export CKPT OUT_DIR`, "
+                                      "`seqssm convert SRC DST --to hf|seqssm`, `seqssm generate PATH --prompt TEXT`."},
+    )
