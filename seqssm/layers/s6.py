@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
+from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, step_system
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
 
@@ -87,6 +87,7 @@ class S6(SequenceLayer):
 
     def step(self, x_t, state):
         delta, B, C = self.project(x_t)
+        A = step_system(self, lambda dtype: self.A, torch.float32)
         return selective_step(
-            state, x_t, delta, self.A, B, C, self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True
+            state, x_t, delta, A, B, C, self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True
         )

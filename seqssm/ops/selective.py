@@ -84,7 +84,7 @@ def selective_step(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=No
     u_g, delta_g = u_t.to(compute).view(shape), delta_t.view(shape)
     h = h.to(compute).view(*shape, n)
     h = torch.exp(delta_g.unsqueeze(-1) * A.to(compute).view(groups, dim // groups, n)) * h
-    h = h + (delta_g * u_g).unsqueeze(-1) * B_t
+    h = torch.addcmul(h, (delta_g * u_g).unsqueeze(-1), B_t)
     y = (h * C_t).sum(-1).reshape(batch, dim)
     z_t = None if z_t is None else z_t.unsqueeze(-1)
     y = _finish(y.unsqueeze(-1), u_t.to(compute).unsqueeze(-1), D, z_t, out_dtype).squeeze(-1)
