@@ -37,7 +37,7 @@ def export_main(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser(prog="seqssm export", description=export_main.__doc__)
     parser.add_argument("ckpt", help="Lightning checkpoint of a seqssm task (.ckpt)")
-    parser.add_argument("out_dir", help="folder to write; load it with seqssm.models.hub.load_pretrained")
+    parser.add_argument("out_dir", help="folder to write; load it with SequenceModel.from_pretrained")
     ns = parser.parse_args(argv)
     out = export_checkpoint(ns.ckpt, ns.out_dir)
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors")

@@ -10,7 +10,8 @@ import pytest
 import torch
 from test_tasks import MASK, VOCAB, TinyTokens, a_batch, make_task, make_trainer, one_thread  # noqa: F401
 
-from seqssm.models.hub import FORMAT, FORMAT_VERSION, load_pretrained, save_pretrained
+from seqssm.models import SequenceModel
+from seqssm.models.hub import FORMAT, FORMAT_VERSION, save_pretrained
 from seqssm.tasks import Classification, IncompatibleWeightsError, NextTokenPrediction, read_weights
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.export import export_checkpoint, model_from_checkpoint
@@ -37,7 +38,7 @@ def test_export_round_trip_gives_identical_outputs(tmp_path):
     assert meta["format"] == FORMAT and meta["format_version"] == FORMAT_VERSION
     assert meta["model"] == task.model.config
     assert (out / "model.safetensors").is_file()
-    loaded = load_pretrained(out).eval()
+    loaded = SequenceModel.from_pretrained(out).eval()
     batch = a_batch(TinyTokens())
     with torch.no_grad():
         expected = task.model.eval()(batch["inputs"], lengths=batch["lengths"])
@@ -47,7 +48,7 @@ def test_export_round_trip_gives_identical_outputs(tmp_path):
 
 def test_tied_language_model_head_survives_the_round_trip(tmp_path):
     task = make_task(NextTokenPrediction, model_overrides={"tie_embeddings": True})
-    loaded = load_pretrained(save_pretrained(task.model, tmp_path / "lm"))
+    loaded = SequenceModel.from_pretrained(save_pretrained(task.model, tmp_path / "lm"))
     assert loaded.head.weight is loaded.embedding.weight
     torch.testing.assert_close(loaded.state_dict()["head.weight"], task.model.state_dict()["head.weight"])
 

@@ -14,7 +14,7 @@ import yaml
 from test_tasks import one_thread  # noqa: F401  (autouse: tiny models run on one thread)
 
 from seqssm.cli import main
-from seqssm.models.hub import load_pretrained
+from seqssm.models import SequenceModel
 from seqssm.tasks.export import model_from_checkpoint
 
 TINY_RECIPE = {
@@ -69,7 +69,7 @@ def test_fit_resume_test_and_export(workdir, capsys):
     assert "test_acc" in capsys.readouterr().out
 
     main(["export", str(last), "exported"])
-    exported = load_pretrained(workdir / "exported").eval()
+    exported = SequenceModel.from_pretrained(workdir / "exported").eval()
     trained = model_from_checkpoint(last).eval()
     x = torch.randint(7, 11, (3, 32))
     with torch.no_grad():

@@ -292,7 +292,7 @@ def test_init_from_reads_foreign_folders(tmp_path):
     hf = make_hf(**SHAPES["untied-biases"])
     hf.save_pretrained(tmp_path / "hf")
     write_mamba_ssm(tmp_path / "ms", hf, 37, 1)
-    a, b = load_state_dict(tmp_path / "hf"), load_state_dict(tmp_path / "ms")
+    a, b = load_state_dict(tmp_path / "hf", SequenceModel), load_state_dict(tmp_path / "ms", SequenceModel)
     assert a.keys() == b.keys() == SequenceModel.from_pretrained(tmp_path / "hf").state_dict().keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
 

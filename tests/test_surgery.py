@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from seqssm.blocks.common import flip_within_lengths
-from seqssm.models import build
-from seqssm.models.hub import load_pretrained, save_pretrained
+from seqssm.models import SequenceModel, build
+from seqssm.models.hub import save_pretrained
 from seqssm.models.surgery import SurgeryError, count_parameters, fuse_f1r1, to_bidirectional
 from seqssm.tasks import Classification
 
@@ -112,7 +112,7 @@ def test_provenance_of_surgery_folders_and_init_from(tmp_path):
     assert record["operation"] == "fuse_f1r1"
     assert [(p["role"], p["path"]) for p in record["parents"]] == [("forward", str(forward_dir)),
                                                                    ("reverse", str(reverse_dir))]
-    assert load_pretrained(fused_dir).provenance == record
+    assert SequenceModel.from_pretrained(fused_dir).provenance == record
 
     # a task started from the folder records it as its parent, with the folder's own lineage nested
     task = Classification(model="mamba-s6-bi", model_overrides={"d_model": 16, "n_layers": 2}, vocab_size=12,

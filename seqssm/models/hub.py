@@ -1,7 +1,9 @@
 """seqssm model folders: `config.json` (format marker, version, model config) + `model.safetensors`.
 
-`save_pretrained(model, dir)` writes one; `load_pretrained(dir)` rebuilds the model from its
-config and loads the weights. Nothing here unpickles anything.
+`save_pretrained(model, dir)` writes one; `load_pretrained(dir, SequenceModel)` rebuilds the model
+from its config and loads the weights (users call `SequenceModel.from_pretrained` /
+`model.save_pretrained`; the class is passed in so that this module sits below it). Nothing here
+unpickles anything.
 
 A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the
 operation); `save_pretrained` writes it into config.json and `load_pretrained` restores it.
@@ -71,15 +73,15 @@ def read_config(folder: str | Path) -> dict:
     return meta["model"]
 
 
-def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
+def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str, torch.Tensor]:
     """The weights of a seqssm folder, read with safetensors; of a Hugging Face or mamba_ssm Mamba folder,
-    renamed to seqssm's keys."""
+    renamed to the keys of `model_cls` (SequenceModel: passed in, so that this module stays below it)."""
     from safetensors.torch import load_file
 
     from .interop import detect_format, read_state_dict
 
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
-        return read_state_dict(folder)
+        return read_state_dict(folder, model_cls)
     read_config(folder)  # fail on a foreign folder before reading its tensors
     path = Path(folder) / WEIGHTS_FILE
     if not path.is_file():
@@ -87,18 +89,17 @@ def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def load_pretrained(folder: str | Path, dtype: torch.dtype | None = None) -> nn.Module:
-    """Rebuild the SequenceModel saved in `folder` (seqssm, Hugging Face Mamba or mamba_ssm) and load its
-    weights (strictly), in `dtype` when given."""
+def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtype | None = None) -> nn.Module:
+    """Rebuild the `model_cls` (SequenceModel) saved in `folder` (seqssm, Hugging Face Mamba or mamba_ssm) and
+    load its weights (strictly), in `dtype` when given. Users call `SequenceModel.from_pretrained`."""
     from .interop import detect_format, load_model
-    from .sequence_model import SequenceModel
 
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
-        return load_model(folder, dtype)
-    model = SequenceModel.from_config(read_config(folder))
+        return load_model(folder, model_cls, dtype)
+    model = model_cls(**read_config(folder))
     if dtype is not None:
         model.to(dtype)  # before loading, so float64 weights keep their precision
-    model.load_state_dict(load_state_dict(folder))
+    model.load_state_dict(load_state_dict(folder, model_cls))
     model.provenance = read_provenance(folder)
     return model
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.stack import make_stack
+from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.layers import frozen_weights
 
 POOLINGS = ("mean", "last", "cls", None)
@@ -129,14 +130,10 @@ class SequenceModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "SequenceModel":
         """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder (`seqssm.models.hub`)."""
-        from seqssm.models.hub import load_pretrained
-
-        return load_pretrained(path, dtype=dtype)
+        return load_pretrained(path, cls, dtype=dtype)
 
     def save_pretrained(self, out_dir, format: str = "seqssm"):
         """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads."""
-        from seqssm.models.hub import save_pretrained
-
         return save_pretrained(self, out_dir, format=format)
 
     @property

@@ -45,9 +45,7 @@ def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel,
         raise TypeError(f"{role} model: expected a SequenceModel or a path, got {type(source).__name__}")
     path = Path(source)
     if path.is_dir():
-        from seqssm.models.hub import load_pretrained
-
-        model = load_pretrained(path)
+        model = SequenceModel.from_pretrained(path)
     elif path.is_file():
         from seqssm.tasks.export import model_from_checkpoint
 

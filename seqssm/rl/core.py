@@ -127,9 +127,7 @@ def load_core(path: str | Path) -> tuple[BlockStack, dict]:
     """
     path = Path(path)
     if path.is_dir():
-        from seqssm.models.hub import load_pretrained
-
-        model = load_pretrained(path)
+        model = SequenceModel.from_pretrained(path)
     elif path.is_file():
         from seqssm.tasks.export import model_from_checkpoint
 

@@ -53,8 +53,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if path.is_dir():
         from ..models.hub import load_state_dict
+        from ..models.sequence_model import SequenceModel
 
-        return load_state_dict(path)
+        return load_state_dict(path, SequenceModel)
     if not path.is_file():
         raise FileNotFoundError(f"init_from: no checkpoint file or exported folder at {path}")
     if path.suffix == ".safetensors":

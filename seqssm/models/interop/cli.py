@@ -37,15 +37,15 @@ def copy_tokenizer(src: str | Path, dst: str | Path) -> list[str]:
 
 def convert_main(argv: list[str]) -> None:
     """`seqssm convert SRC DST --to hf|seqssm`: rewrite a pretrained folder in another format."""
-    from ..hub import load_pretrained, save_pretrained
+    from ..sequence_model import SequenceModel
 
     parser = argparse.ArgumentParser(prog="seqssm convert", description=convert_main.__doc__)
     parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
     parser.add_argument("dst", help="folder to write")
     parser.add_argument("--to", choices=("hf", "seqssm"), required=True, help="format of DST")
     ns = parser.parse_args(argv)
-    model = load_pretrained(ns.src)
-    out = save_pretrained(model, ns.dst, format=ns.to)
+    model = SequenceModel.from_pretrained(ns.src)
+    out = model.save_pretrained(ns.dst, format=ns.to)
     copied = copy_tokenizer(ns.src, out)
     print(f"converted {ns.src} -> {out} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
     print("to finetune it: seqssm fit --model.init_args.init_from", out, "with model_overrides:",
@@ -62,7 +62,7 @@ def _prompt_ids(prompt: str) -> list[int]:
 
 def generate_main(argv: list[str]) -> None:
     """`seqssm generate PATH --prompt TEXT`: continue a prompt with a pretrained language model."""
-    from ..hub import load_pretrained
+    from ..sequence_model import SequenceModel
     from .tokenized import PretrainedTokenizer
 
     parser = argparse.ArgumentParser(prog="seqssm generate", description=generate_main.__doc__)
@@ -78,7 +78,7 @@ def generate_main(argv: list[str]) -> None:
     ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else _prompt_ids(ns.prompt)
     if not ids:
         raise SystemExit("seqssm generate: error: the prompt encodes to no tokens")
-    model = load_pretrained(ns.path).eval()
+    model = SequenceModel.from_pretrained(ns.path).eval()
     out = model.generate(torch.tensor([ids]), ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
                          generator=torch.Generator().manual_seed(ns.seed))[0].tolist()
     print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))

@@ -311,23 +311,19 @@ def map_state_dict(model: nn.Module, tensors: dict, origin: dict, fmt: str, fold
     return state
 
 
-def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    """The weights of a Hugging Face or mamba_ssm folder, under seqssm's keys (for `init_from`)."""
-    from ..sequence_model import SequenceModel
-
+def read_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str, torch.Tensor]:
+    """The weights of a Hugging Face or mamba_ssm folder, under the keys of `model_cls` (SequenceModel)."""
     fmt, config = read_foreign_config(folder)
     with torch.device("meta"):
-        template = SequenceModel(**config)  # keys and shapes only
+        template = model_cls(**config)  # keys and shapes only
     return map_state_dict(template, *read_tensors(folder), fmt, folder)
 
 
-def load_model(folder: str | Path, dtype: torch.dtype | None = None) -> nn.Module:
-    """The SequenceModel equivalent to a Hugging Face or mamba_ssm folder, weights loaded."""
-    from ..sequence_model import SequenceModel
-
+def load_model(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtype | None = None) -> nn.Module:
+    """The `model_cls` (SequenceModel) equivalent to a Hugging Face or mamba_ssm folder, weights loaded."""
     fmt, config = read_foreign_config(folder)
     tensors, origin = read_tensors(folder)
-    model = SequenceModel(**config)
+    model = model_cls(**config)
     if dtype is not None:
         model.to(dtype)  # before loading, so float64 weights keep their precision
     model.load_state_dict(map_state_dict(model, tensors, origin, fmt, folder))
