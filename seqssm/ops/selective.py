@@ -167,6 +167,13 @@ def _is_channels_last(x: torch.Tensor) -> bool:
     return x.shape[-1] > 1 and x.stride(-1) != 1 and x.stride(-2) == 1
 
 
+def _chunks(chunk: int, *tensors):
+    """Zip of each tensor's consecutive `chunk`-step views along dim 0 (None stays None for every chunk)."""
+    length = next(t for t in tensors if t is not None).shape[0]
+    count = -(-length // chunk)
+    return zip(*(t.split(chunk) if t is not None else [None] * count for t in tensors))
+
+
 def _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts):
     """The chunked forward of `_SelectiveScan` (same arguments) -> y (L, b, dim), last state (b, dim, N),
     the time-major inputs (u, delta, A, B, C, keep) and, with store_starts, every chunk's start state."""
@@ -185,12 +192,13 @@ def _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts):
     starts = u.new_empty(-(-length // chunk) if store_starts else 1, *state)
     y = torch.empty_like(u)
     prev = h0.reshape(batch, groups, e, n_state).transpose(-1, -2)
-    for i, s in enumerate(range(0, length, chunk)):
-        n = min(chunk, length - s)
+    for i, (delta_c, du_c, B_c, C_c, keep_c, y_c) in enumerate(
+        _chunks(chunk, delta, du, B, C.unsqueeze(-2), keep, y)
+    ):
+        n = delta_c.shape[0]
         start = starts[i if store_starts else 0].copy_(prev)
-        sl = slice(s, s + n)
-        _, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], start)
-        torch.matmul(C[sl].unsqueeze(-2), h, out=y[sl])
+        _, h = _chunk_states(buf, n, delta_c, du_c, A, B_c, keep_c, start)
+        torch.matmul(C_c, h, out=y_c)
         prev = h[n - 1]
     last = prev.transpose(-1, -2).reshape(batch, dim, n_state)
     return y.view(length, batch, dim), last, (u, delta, A, B, C, keep), starts
@@ -231,26 +239,29 @@ class _SelectiveScan(torch.autograd.Function):
             g_next = torch.zeros_like(starts[0])
         else:
             g_next = grad_last.reshape(batch, groups, e, n_state).transpose(-1, -2).contiguous()
-        for i, s in reversed(list(enumerate(range(0, length, chunk)))):
-            n = min(chunk, length - s)
-            sl = slice(s, s + n)
-            dA, h = _chunk_states(buf, n, delta[sl], du[sl], A, B[sl], None if keep is None else keep[sl], starts[i])
-            gy, g_c = grad_y[sl], buf.g[:n]
+        pieces = _chunks(chunk, delta, du, B, C.unsqueeze(-1), keep, grad_y, grad_C.unsqueeze(-2),
+                         grad_B.unsqueeze(-2), grad_du, grad_delta)
+        for i, (delta_c, du_c, B_c, C_c, keep_c, gy, grad_C_c, grad_B_c, grad_du_c, grad_delta_c) in reversed(
+            list(enumerate(pieces))
+        ):
+            n = delta_c.shape[0]
+            dA, h = _chunk_states(buf, n, delta_c, du_c, A, B_c, keep_c, starts[i])
+            g_c = buf.g[:n]
             # Adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1}; the chunk's last step receives g_next.
-            torch.mul(C[sl].unsqueeze(-1), gy, out=g_c)
+            torch.mul(C_c, gy, out=g_c)
             g_c[n - 1] += g_next
             for t in range(n - 2, -1, -1):
                 buf.g_t[t].addcmul_(buf.dA_t[t + 1], buf.g_t[t + 1])
-            torch.matmul(gy, h.transpose(-1, -2), out=grad_C[sl].unsqueeze(-2))
-            torch.matmul(du[sl], g_c.transpose(-1, -2), out=grad_B[sl].unsqueeze(-2))
-            torch.matmul(B[sl].unsqueeze(-2), g_c, out=grad_du[sl])
+            torch.matmul(gy, h.transpose(-1, -2), out=grad_C_c)
+            torch.matmul(du_c, g_c.transpose(-1, -2), out=grad_B_c)
+            torch.matmul(B_c.unsqueeze(-2), g_c, out=grad_du_c)
             g_next = dA[0] * g_c[0]  # adjoint of the state before this chunk
             # d loss / d (delta A) = g_t * h_{t-1} * dA_t, in place: g is spent.
             g_c[1:].mul_(h[:-1])
             g_c[0].mul_(starts[i])
             g_c.mul_(dA)
-            buf.grad_A[:n].addcmul_(g_c, delta[sl])
-            torch.sum(g_c.mul_(A), -2, keepdim=True, out=grad_delta[sl])
+            buf.grad_A[:n].addcmul_(g_c, delta_c)
+            torch.sum(g_c.mul_(A), -2, keepdim=True, out=grad_delta_c)
         grad_A = buf.grad_A.sum((0, 1))
         grad_delta.addcmul_(grad_du, u)
         grad_u = grad_du.mul_(delta)
