@@ -163,7 +163,8 @@ def _from_time_major(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:
-    """Is x (b, ..., L) stored with L outermost within each batch row or channels innermost?"""
+    """Is x (b, ..., L) a view of channels-last memory: channels contiguous, time strided (a transposed
+    (b, L, channels) tensor)?"""
     return x.shape[-1] > 1 and x.stride(-1) != 1 and x.stride(-2) == 1
 
 
