@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from seqssm.layers.base import SequenceLayer, check_resets, step_system
+from seqssm.layers.base import check_resets, step_system
 from seqssm.layers.hippo import s4_init
-from seqssm.layers.s4d import compute_dtype, diagonal_A, init_diagonal_ssm, no_autocast, ssm_param
-from seqssm.ops.fftconv import fft_conv
+from seqssm.layers.s4d import ConvolutionalSSM, compute_dtype, diagonal_A, init_diagonal_ssm, no_autocast, ssm_param
 from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
 
 
-class S4(SequenceLayer):
+class S4(ConvolutionalSSM):
     """DPLR SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state) real."""
 
     def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
@@ -56,13 +55,6 @@ class S4(SequenceLayer):
         dA, _, C_r = self.dense(dtype)
         C_tilde = C_r - (C_r.unsqueeze(-2) @ torch.linalg.matrix_power(dA, L)).squeeze(-2)
         return dplr_kernel(Lambda, P, B, real_to_half(C_tilde), dt, L)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
-            y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
-        return y.to(x.dtype)
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
         """x (B, L, H), state (B, H, N) or None, resets (B, L) -> (y (B, L, H), final state): the dense recurrence."""

@@ -68,7 +68,19 @@ def no_autocast(x: torch.Tensor):
     return torch.autocast(device_type=x.device.type, enabled=False)
 
 
-class S4D(SequenceLayer):
+class ConvolutionalSSM(SequenceLayer):
+    """Base of S4 and S4D: trains as one FFT convolution with the kernel of its current parameters.
+    Subclasses give `kernel(L, dtype)` -> (H, L), the feedthrough `D` (H,), and scan / step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
+        dtype = compute_dtype(x.dtype, self.D.dtype)
+        with no_autocast(x):
+            y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
+        return y.to(x.dtype)
+
+
+class S4D(ConvolutionalSSM):
     """Diagonal SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state/2) complex.
 
     init: "legs" (S4D-LegS, default), "lin" or "inv"; discretization: "zoh" (default) or "bilinear".
@@ -105,13 +117,6 @@ class S4D(SequenceLayer):
         """The convolution kernel K (H, L) of the current parameters."""
         log_dA, dB, C = self.discrete(dtype)
         return s4d_kernel(C, dB, log_dA, L)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
-            y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
-        return y.to(x.dtype)
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
         """x (B, L, H), state (B, H, N/2) complex or None, resets (B, L) -> (y (B, L, H), final state).
