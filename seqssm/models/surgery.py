@@ -43,15 +43,10 @@ def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel,
         return source, None
     if not isinstance(source, (str, Path)):
         raise TypeError(f"{role} model: expected a SequenceModel or a path, got {type(source).__name__}")
-    path = Path(source)
-    if path.is_dir():
-        model = SequenceModel.from_pretrained(path)
-    elif path.is_file():
-        from seqssm.tasks.export import model_from_checkpoint
+    from seqssm.tasks.export import model_from_path
 
-        model = model_from_checkpoint(path)
-    else:
-        raise FileNotFoundError(f"{role} model: no seqssm folder or checkpoint at {path}")
+    path = Path(source)
+    model = model_from_path(path, f"{role} model")
     if not isinstance(model, SequenceModel):
         raise SurgeryError(f"{role} model at {path} is a {type(model).__name__}, not a SequenceModel")
     return model, str(path)

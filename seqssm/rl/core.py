@@ -125,15 +125,9 @@ def load_core(path: str | Path) -> tuple[BlockStack, dict]:
     by `seqssm export`. The model's input embedding and head are dropped: the agent's encoder
     feeds the backbone and its actor and critic read it.
     """
-    path = Path(path)
-    if path.is_dir():
-        model = SequenceModel.from_pretrained(path)
-    elif path.is_file():
-        from seqssm.tasks.export import model_from_checkpoint
+    from seqssm.tasks.export import model_from_path
 
-        model = model_from_checkpoint(path)
-    else:
-        raise FileNotFoundError(f"core_init_from: no checkpoint file or exported folder at {path}")
+    model = model_from_path(path, "core_init_from")
     if not isinstance(model, SequenceModel) or not model.causal:
         raise ValueError(f"core_init_from: {path} holds a bidirectional model; an agent's memory must be causal "
                          "(its output at t may not depend on observations after t)")

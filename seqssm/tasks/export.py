@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..models.hub import save_pretrained
+from ..models.sequence_model import SequenceModel
 from .base import SequenceTask
 from .classification import Classification
 from .mlm import MaskedLM
@@ -36,6 +37,17 @@ def task_from_checkpoint(path: str | Path) -> SequenceTask:
 def model_from_checkpoint(path: str | Path) -> nn.Module:
     """The trained network inside a Lightning checkpoint of a seqssm task."""
     return task_from_checkpoint(path).model
+
+
+def model_from_path(path: str | Path, what: str) -> nn.Module:
+    """The network in a seqssm / Hugging Face / mamba_ssm folder or a seqssm task checkpoint file; `what`
+    names the argument in the error when `path` is neither."""
+    path = Path(path)
+    if path.is_dir():
+        return SequenceModel.from_pretrained(path)
+    if path.is_file():
+        return model_from_checkpoint(path)
+    raise FileNotFoundError(f"{what}: no checkpoint file or exported folder at {path}")
 
 
 def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path) -> Path:
