@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.ops.backend import _log_choice
+from seqssm.ops.layout import is_channels_last
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +101,7 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     _log_choice("causal_conv1d", "torch")
     # Work in the input's memory order: a channels-last x (a transposed (batch, L, dim) tensor, as the
     # Mamba block passes it) is convolved along dim 1 of that tensor, and y keeps the layout.
-    channels_last = length > 1 and x.stride(1) == 1
+    channels_last = is_channels_last(x)
     seq = x.transpose(1, 2) if channels_last else x
     time_dim = 1 if channels_last else 2
     pad = x.new_zeros(x.shape[0], x.shape[1], k - 1) if initial_state is None else initial_state

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.ops.backend import resolve_backend
+from seqssm.ops.layout import is_channels_last
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
 # amortises its dispatch cost, small enough that the four buffers stay in a core's L2 cache.
@@ -162,12 +163,6 @@ def _from_time_major(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
     return x.reshape(x.shape[0], -1).t().contiguous().view(viewed.shape)
 
 
-def _is_channels_last(x: torch.Tensor) -> bool:
-    """Is x (b, ..., L) a view of channels-last memory: channels contiguous, time strided (a transposed
-    (b, L, channels) tensor)?"""
-    return x.shape[-1] > 1 and x.stride(-1) != 1 and x.stride(-2) == 1
-
-
 def _chunks(chunk: int, *tensors):
     """Zip of each tensor's consecutive `chunk`-step views along dim 0 (None stays None for every chunk)."""
     length = next(t for t in tensors if t is not None).shape[0]
@@ -217,7 +212,7 @@ class _SelectiveScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u, delta, A, B, C, h0, keep, chunk):
-        ctx.channels_last = [_is_channels_last(x) for x in (u, delta, B, C)]
+        ctx.channels_last = [is_channels_last(x) for x in (u, delta, B, C)]
         y, last, inputs, starts = _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts=True)
         ctx.save_for_backward(*inputs, starts)
         ctx.chunk = min(chunk, u.shape[-1])
@@ -294,7 +289,7 @@ def _selective_scan_torch(u, delta, A, B, C, D, z, delta_bias, delta_softplus, i
         y, last = _SelectiveScan.apply(*args)
     else:  # inference: no chunk-start states to keep
         y, last, _, _ = _selective_forward(*args, store_starts=False)
-        y = _from_time_major(y, _is_channels_last(u_c))
+        y = _from_time_major(y, is_channels_last(u_c))
     return _finish(y, u_c, D, z, out_dtype), last
 
 
