@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqssm.layers.base import SequenceLayer
 from seqssm.layers.s4 import S4
 from seqssm.layers.s4d import S4D
 from seqssm.layers.s6 import S6
@@ -45,6 +46,32 @@ class FeatureDropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class WrapperBlock(SequenceLayer):
+    """A causal block around one inner sequence layer: y = _finish(x, inner(x)) in forward, scan and step
+    alike, x (B, L, d) -> (B, L, d); the state is the inner layer's. Subclasses give `inner` and `_finish`."""
+
+    causal = True
+    inner: nn.Module
+
+    def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, d) -> (B, L, d); `lengths` is accepted for a uniform block interface (causal: unused)."""
+        return self._finish(x, self.inner(x))
+
+    def scan(self, x, state=None, resets=None):
+        y, state = self.inner.scan(x, state, resets)
+        return self._finish(x, y), state
+
+    def step(self, x_t, state):
+        y, state = self.inner.step(x_t, state)
+        return self._finish(x_t, y), state
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        return self.inner.initial_state(batch_size, device=device, dtype=dtype)
 
 
 def flip_within_lengths(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:

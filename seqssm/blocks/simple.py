@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import FeatureDropout, make_norm, make_ssp
+from seqssm.blocks.common import FeatureDropout, WrapperBlock, make_norm, make_ssp
 from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import SequenceLayer
 
 
-class SimpleBlock(SequenceLayer):
+class SimpleBlock(WrapperBlock):
     """Post-norm residual block: x (B, L, d_model) -> norm(x + GLU(dropout(GELU(SSP(x))))), same shape.
 
     The GLU is a linear map to 2 d_model halves (a, g) -> a * sigmoid(g). LayerNorm unless rms_norm.
     State: the SSP's state (with `rope`: (SSP state, positions)).
     """
-
-    causal = True
 
     def __init__(
         self,
@@ -39,20 +35,9 @@ class SimpleBlock(SequenceLayer):
         self.glu = nn.Linear(d_model, 2 * d_model)
         self.norm = make_norm(d_model, rms_norm, norm_eps)
 
+    @property
+    def inner(self) -> nn.Module:
+        return self.ssp
+
     def _finish(self, x, y):
         return self.norm(x + F.glu(self.glu(self.dropout(F.gelu(y))), dim=-1))
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, L, d_model) -> (B, L, d_model); `lengths` is accepted for a uniform block interface (causal: unused)."""
-        return self._finish(x, self.ssp(x))
-
-    def scan(self, x, state=None, resets=None):
-        y, state = self.ssp.scan(x, state, resets)
-        return self._finish(x, y), state
-
-    def step(self, x_t, state):
-        y, state = self.ssp.step(x_t, state)
-        return self._finish(x_t, y), state
-
-    def initial_state(self, batch_size: int, device=None, dtype=None):
-        return self.ssp.initial_state(batch_size, device=device, dtype=dtype)

@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import SSPS, FeatureDropout
+from seqssm.blocks.common import SSPS, FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
 from seqssm.layers import GRU, LSSL, S4, S4D, S5, S6, KalmanLayer, MinGRU, vSSM
-from seqssm.layers.base import SequenceLayer
 from seqssm.models.sequence_model import SequenceModel
 
 # name -> (class, keyword that receives CoreConfig.d_state): GRU-like layers call their state size d_hidden.
@@ -54,14 +53,12 @@ class CoreConfig:
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-class ResidualBlock(SequenceLayer):
+class ResidualBlock(WrapperBlock):
     """Post-norm residual block of seed 000 fig. 4.1: x (B, L, d) -> LayerNorm(x + dropout(act(layer(x)))).
 
     activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (seed 000
     eq. 4.1, helpful on MemoryCorridor). State: the layer's.
     """
-
-    causal = True
 
     def __init__(self, layer: nn.Module, d_model: int, activation: str = "gelu", dropout: float = 0.0):
         super().__init__()
@@ -72,26 +69,15 @@ class ResidualBlock(SequenceLayer):
         self.dropout = FeatureDropout(dropout)
         self.norm = nn.LayerNorm(d_model)
 
+    @property
+    def inner(self) -> nn.Module:
+        return self.layer
+
     def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y = F.gelu(y)
         if self.glu is not None:
             y = F.glu(self.glu(y), dim=-1)
         return self.norm(x + self.dropout(y))
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, L, d) -> (B, L, d); `lengths` accepted for BlockStack's block interface (causal: unused)."""
-        return self._finish(x, self.layer(x))
-
-    def scan(self, x, state=None, resets=None):
-        y, state = self.layer.scan(x, state, resets)
-        return self._finish(x, y), state
-
-    def step(self, x_t, state):
-        y, state = self.layer.step(x_t, state)
-        return self._finish(x_t, y), state
-
-    def initial_state(self, batch_size: int, device=None, dtype=None):
-        return self.layer.initial_state(batch_size, device=device, dtype=dtype)
 
 
 def build_core(config: CoreConfig) -> BlockStack:
