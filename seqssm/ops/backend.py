@@ -20,15 +20,21 @@ BACKENDS = ("auto", "reference", "torch", "mamba_ssm")
 
 
 @functools.lru_cache(maxsize=None)
-def has_mamba_ssm() -> bool:
-    """True when mamba_ssm's compiled selective-scan kernels import."""
-    if importlib.util.find_spec("mamba_ssm") is None:
+def extension_imports(package: str, module: str) -> bool:
+    """True when the optional `package` is installed and its `module` imports (a compiled extension may be
+    installed yet fail to load, e.g. against another torch)."""
+    if importlib.util.find_spec(package) is None:
         return False
     try:
-        import selective_scan_cuda  # noqa: F401  (the compiled extension mamba_ssm ships)
+        importlib.import_module(module)
     except ImportError:
         return False
     return True
+
+
+def has_mamba_ssm() -> bool:
+    """True when mamba_ssm's compiled selective-scan kernels (its `selective_scan_cuda` extension) import."""
+    return extension_imports("mamba_ssm", "selective_scan_cuda")
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,26 +11,17 @@ is installed and the call has neither an initial state nor resets.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 
 import torch
 import torch.nn.functional as F
 
-from seqssm.ops.backend import _log_choice
+from seqssm.ops.backend import _log_choice, extension_imports
 from seqssm.ops.layout import is_channels_last
 
 
-@functools.lru_cache(maxsize=None)
 def has_causal_conv1d() -> bool:
     """True when the `causal_conv1d` CUDA package imports."""
-    if importlib.util.find_spec("causal_conv1d") is None:
-        return False
-    try:
-        import causal_conv1d  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return extension_imports("causal_conv1d", "causal_conv1d")
 
 
 def _check(x, weight, bias, initial_state, resets):
