@@ -33,7 +33,7 @@ USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeig
 
 def export_main(argv: list[str]) -> None:
     """`seqssm export CKPT OUT_DIR`: write a checkpoint's model as config.json + model.safetensors."""
-    from .tasks.export import export_checkpoint
+    from .models.loading import export_checkpoint
 
     parser = argparse.ArgumentParser(prog="seqssm export", description=export_main.__doc__)
     parser.add_argument("ckpt", help="Lightning checkpoint of a seqssm task (.ckpt)")

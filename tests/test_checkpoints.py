@@ -12,9 +12,9 @@ from test_tasks import MASK, VOCAB, TinyTokens, a_batch, make_task, make_trainer
 
 from seqssm.models import SequenceModel
 from seqssm.models.hub import FORMAT, FORMAT_VERSION, save_pretrained
-from seqssm.tasks import Classification, IncompatibleWeightsError, NextTokenPrediction, read_weights
+from seqssm.models.loading import export_checkpoint, model_from_checkpoint, read_weights
+from seqssm.tasks import Classification, IncompatibleWeightsError, NextTokenPrediction
 from seqssm.tasks.checkpoint import TaskCheckpoint
-from seqssm.tasks.export import export_checkpoint, model_from_checkpoint
 from seqssm.tasks.resume import ResumableTrainData
 
 

@@ -15,7 +15,7 @@ from test_tasks import one_thread  # noqa: F401  (autouse: tiny models run on on
 
 from seqssm.cli import main
 from seqssm.models import SequenceModel
-from seqssm.tasks.export import model_from_checkpoint
+from seqssm.models.loading import model_from_checkpoint
 
 TINY_RECIPE = {
     "seed_everything": 0,

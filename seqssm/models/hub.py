@@ -7,6 +7,7 @@ unpickles anything.
 
 A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the
 operation); `save_pretrained` writes it into config.json and `load_pretrained` restores it.
+Task checkpoints and the dispatch between folders and checkpoints are `seqssm.models.loading`.
 
 `load_pretrained` and `load_state_dict` also read Hugging Face Mamba and mamba_ssm folders, and
 `save_pretrained(..., format="hf")` writes a Hugging Face one (see `seqssm.models.interop`).
@@ -49,7 +50,7 @@ def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": config}
-    if getattr(model, "provenance", None):
+    if model.provenance:
         meta["provenance"] = model.provenance
     (out_dir / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
@@ -104,16 +105,12 @@ def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch
     return model
 
 
-def read_provenance(path: str | Path) -> dict | None:
-    """Where a seqssm folder or task checkpoint came from (`provenance_record`), or None if it records nothing."""
-    path = Path(path)
-    if path.is_dir():
-        config = path / CONFIG_FILE
-        return json.loads(config.read_text()).get("provenance") if config.is_file() else None
-    if path.suffix == ".ckpt" and path.is_file():
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        return ckpt.get("seqssm_provenance") if isinstance(ckpt, dict) else None
-    return None
+def read_provenance(folder: str | Path) -> dict | None:
+    """The lineage (`provenance_record`) a seqssm folder's config.json records; None when it records none and
+    for Hugging Face / mamba_ssm folders."""
+    path = Path(folder) / CONFIG_FILE
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    return meta.get("provenance") if meta.get("format") == FORMAT else None
 
 
 def provenance_record(operation: str, **parents: tuple[str | Path | None, dict | None]) -> dict:

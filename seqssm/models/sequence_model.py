@@ -40,6 +40,8 @@ class SequenceModel(nn.Module):
     directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
     conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".
     residual_in_fp32 keeps each Mamba block's residual sum in float32 when the model runs in lower precision.
+    `provenance` (None, or the `seqssm.models.hub.provenance_record` of the surgery / init_from that made the
+    weights) travels with saved folders and task checkpoints. Task checkpoints and any folder load with `seqssm.models.loading.model_from_path`.
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class SequenceModel(nn.Module):
             tie_embeddings=tie_embeddings, pad_vocab_size_multiple=pad_vocab_size_multiple, ssp_kwargs=ssp_kwargs,
         )
         self.vocab_size, self.n_classes, self.pooling, self.is_lm = vocab_size, n_classes, pooling, is_lm
+        self.provenance: dict | None = None
 
         if vocab_size is not None:
             padded = math.ceil(vocab_size / pad_vocab_size_multiple) * pad_vocab_size_multiple

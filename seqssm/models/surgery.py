@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from seqssm.models.hub import provenance_record
+from seqssm.models.loading import model_from_path
 from seqssm.models.sequence_model import SequenceModel
 
 # Config entries that shape a block's conv1d + SSP branch and the stack: a reverse branch can only be
@@ -43,13 +44,7 @@ def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel,
         return source, None
     if not isinstance(source, (str, Path)):
         raise TypeError(f"{role} model: expected a SequenceModel or a path, got {type(source).__name__}")
-    from seqssm.tasks.export import model_from_path
-
-    path = Path(source)
-    model = model_from_path(path, f"{role} model")
-    if not isinstance(model, SequenceModel):
-        raise SurgeryError(f"{role} model at {path} is a {type(model).__name__}, not a SequenceModel")
-    return model, str(path)
+    return model_from_path(source, f"{role} model"), str(Path(source))
 
 
 def _check_causal_mamba(model: SequenceModel, role: str) -> None:
@@ -83,7 +78,7 @@ def to_bidirectional(model: SequenceModel | str | Path) -> SequenceModel:
     causal, path = _load(model, "causal")
     _check_causal_mamba(causal, "causal")
     result = _assemble(causal, causal)
-    result.provenance = provenance_record("to_bidirectional", causal=(path, getattr(causal, "provenance", None)))
+    result.provenance = provenance_record("to_bidirectional", causal=(path, causal.provenance))
     return result
 
 
@@ -102,8 +97,8 @@ def fuse_f1r1(forward_model: SequenceModel | str | Path, reverse_model: Sequence
     result = _assemble(forward, reverse)
     result.provenance = provenance_record(
         "fuse_f1r1",
-        forward=(forward_path, getattr(forward, "provenance", None)),
-        reverse=(reverse_path, getattr(reverse, "provenance", None)),
+        forward=(forward_path, forward.provenance),
+        reverse=(reverse_path, reverse.provenance),
     )
     return result
 

@@ -111,7 +111,7 @@ def load_core(path: str | Path) -> tuple[BlockStack, dict]:
     by `seqssm export`. The model's input embedding and head are dropped: the agent's encoder
     feeds the backbone and its actor and critic read it.
     """
-    from seqssm.tasks.export import model_from_path
+    from seqssm.models.loading import model_from_path
 
     model = model_from_path(path, "core_init_from")
     if not isinstance(model, SequenceModel) or not model.causal:

@@ -5,11 +5,10 @@ from .checkpoint import TaskCheckpoint
 from .classification import Classification
 from .mlm import MaskedLM, mask_tokens
 from .ntp import NextTokenPrediction
-from .pretrained import IncompatibleWeightsError, LoadReport, load_weights, read_weights
+from .pretrained import IncompatibleWeightsError, LoadReport, load_weights
 from .resume import ResumableTrainData
 
 __all__ = [
     "Classification", "ConfigError", "IncompatibleWeightsError", "LoadReport", "MaskedLM", "NextTokenPrediction",
     "NonFiniteLossError", "ResumableTrainData", "SequenceTask", "TaskCheckpoint", "load_weights", "mask_tokens",
-    "read_weights",
 ]

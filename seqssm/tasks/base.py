@@ -19,8 +19,10 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
+from ..models.hub import provenance_record
+from ..models.loading import CHECKPOINT_MODEL_CONFIG, CHECKPOINT_PROVENANCE, CHECKPOINT_TASK, read_weights
 from ..optim import param_groups
-from .pretrained import LoadReport, load_weights, read_weights
+from .pretrained import LoadReport, load_weights
 from .schedule import warmup_cosine
 
 log = logging.getLogger(__name__)
@@ -162,12 +164,10 @@ class SequenceTask(L.LightningModule):
     def load_pretrained(self, path: str) -> LoadReport:
         """Load `path` into the network as `init_strict` / `reinit_head` say; logs and returns the report."""
         skip = frozenset(f"head.{k}" for k in self.head.state_dict()) if self.hparams.reinit_head else frozenset()
-        report = load_weights(self.model, read_weights(path), strict=self.hparams.init_strict, skip=skip,
-                              source=f"init_from={path}")
+        state, provenance = read_weights(path)
+        report = load_weights(self.model, state, strict=self.hparams.init_strict, skip=skip, source=f"init_from={path}")
         log.info("init_from %s:\n%s", path, report)
-        from ..models.hub import provenance_record, read_provenance
-
-        self.model.provenance = provenance_record("init_from", init_from=(path, read_provenance(path)))
+        self.model.provenance = provenance_record("init_from", init_from=(path, provenance))
         return report
 
     # -- optimisation ----------------------------------------------------------------------------
@@ -229,12 +229,14 @@ class SequenceTask(L.LightningModule):
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["seqssm_task"] = type(self).__name__
+        checkpoint[CHECKPOINT_TASK] = type(self).__name__
+        # the network's own config, so `seqssm.models.loading` rebuilds it without this task or Lightning
+        checkpoint[CHECKPOINT_MODEL_CONFIG] = dict(self.model.config)
         checkpoint["seqssm_rng_state"] = torch.get_rng_state()
         # the lineage of init_from (and its surgery), beside hyper_parameters["init_from"]; survives resumes
-        checkpoint["seqssm_provenance"] = getattr(self.model, "provenance", None)
+        checkpoint[CHECKPOINT_PROVENANCE] = self.model.provenance
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("seqssm_rng_state")
-        if checkpoint.get("seqssm_provenance"):
-            self.model.provenance = checkpoint["seqssm_provenance"]
+        if checkpoint.get(CHECKPOINT_PROVENANCE):
+            self.model.provenance = checkpoint[CHECKPOINT_PROVENANCE]

@@ -1,19 +1,15 @@
-"""Starting a model from pretrained weights: read a .ckpt or an exported folder safely, load with a report.
+"""Starting a task's network from pretrained weights: copy what fits, with a report of what did not.
 
-Reading never unpickles code: Lightning checkpoints go through `torch.load(weights_only=True)`,
-exported folders and `.safetensors` files through safetensors.
+The weights are read by `seqssm.models.loading.read_weights` (checkpoints with weights_only=True, folders
+and `.safetensors` files with safetensors).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
-
-# SequenceTask keeps its network in `self.model`, so Lightning checkpoints prefix its keys with this.
-TASK_MODEL_PREFIX = "model."
 
 
 class IncompatibleWeightsError(RuntimeError):
@@ -46,29 +42,6 @@ class LoadReport:
         for key, got, want in self.mismatched:
             lines.append(f"shape mismatch: {key}: weights {list(got)} vs model {list(want)}")
         return "\n".join(lines)
-
-
-def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """Model state dict from a Lightning `.ckpt` (task keys unprefixed), a `.safetensors` file or an exported folder."""
-    path = Path(path)
-    if path.is_dir():
-        from ..models.hub import load_state_dict
-        from ..models.sequence_model import SequenceModel
-
-        return load_state_dict(path, SequenceModel)
-    if not path.is_file():
-        raise FileNotFoundError(f"init_from: no checkpoint file or exported folder at {path}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path))
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict):
-        raise ValueError(f"init_from: {path} holds no state dict (a Lightning .ckpt or an exported folder is expected)")
-    if any(k.startswith(TASK_MODEL_PREFIX) for k in state):
-        state = {k[len(TASK_MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(TASK_MODEL_PREFIX)}
-    return state
 
 
 def load_weights(model: nn.Module, state: dict[str, torch.Tensor], strict: bool = True,

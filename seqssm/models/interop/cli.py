@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ...data.tokenized import TOKENIZER_FILE
 from .mamba import TOKENIZER_FILES
-from .tokenized import TOKENIZER_FILE
 
 # SequenceModel settings that depend on the task (head, pooling, inputs) rather than the pretrained network
 TASK_SETTINGS = ("vocab_size", "d_input", "n_classes", "pooling", "tie_embeddings")
@@ -62,8 +62,8 @@ def _prompt_ids(prompt: str) -> list[int]:
 
 def generate_main(argv: list[str]) -> None:
     """`seqssm generate PATH --prompt TEXT`: continue a prompt with a pretrained language model."""
+    from ...data.tokenized import PretrainedTokenizer
     from ..sequence_model import SequenceModel
-    from .tokenized import PretrainedTokenizer
 
     parser = argparse.ArgumentParser(prog="seqssm generate", description=generate_main.__doc__)
     parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
