@@ -18,7 +18,7 @@ PACKAGE_DIR = Path(seqssm.__file__).parent
 # Rank of each part of the package: a module may import its own part and parts of lower rank only.
 # Parts sharing a rank are peers that must not import each other (ops / data, tasks / rl).
 RANKS = {"ops": 0, "data": 0, "layers": 1, "blocks": 2, "models": 3, "tasks": 4, "rl": 4, "study": 5, "cli": 6}
-# Top-level modules that everything may use; they import no part above.
+# Top-level modules that every part may use; they import no part of the package themselves.
 BASE = {"seqssm", "seqssm.errors", "seqssm.optim", "seqssm.testing"}
 LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
 NO_LIGHTNING = ("ops", "layers", "blocks", "models")
@@ -64,9 +64,7 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple
 
 def part(module: str) -> str | None:
     """The part of the package ("models", "cli", ...) a module belongs to; None for the base modules."""
-    if module in BASE or module.rpartition(".")[0] in BASE - {"seqssm"}:
-        return None
-    return module.split(".")[1]
+    return None if ".".join(module.split(".")[:2]) in BASE else module.split(".")[1]
 
 
 def violation(importer: str, imported: str) -> str | None:
