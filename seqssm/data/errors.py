@@ -29,3 +29,11 @@ def require(path: str | Path, layout: str, command: str) -> Path:
     if not path.exists():
         raise missing(path, layout, command)
     return path
+
+
+class DownloadError(RuntimeError):
+    """A source file could not be fetched; the message names the URLs tried and why each failed."""
+
+
+class DigestMismatchError(DownloadError):
+    """A fetched file's digest differs from the published or recorded one."""
