@@ -93,13 +93,15 @@ def gunzip_file(src: Path, dest: Path) -> None:
 
 def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None = None) -> None:
     """Copy every regular member of a (compressed) tar whose path starts with a route's prefix into
-    that route's folder, minus the prefix; one streaming pass. Paths that would leave the folder are skipped."""
+    that route's folder, minus the prefix; one pass, front to back. Paths that would leave the folder are skipped."""
     size = archive.stat().st_size
     with open(archive, "rb") as raw, tqdm.wrapattr(raw, "read", total=size, desc=f"unpacking {archive.name}",
                                                      disable=_quiet(progress)) as counted:
         try:
-            with tarfile.open(fileobj=counted, mode="r|*") as tar:
-                for member in tar:
+            # random-access mode read front to back: far faster per member than the "r|" stream mode
+            with tarfile.open(fileobj=counted, mode="r:*") as tar:
+                while (member := tar.next()) is not None:
+                    tar.members.clear()  # tarfile keeps every header; the LRA release has millions
                     if not member.isfile():
                         continue
                     name = member.name
@@ -116,7 +118,7 @@ def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None =
                         shutil.copyfileobj(src, out, 1 << 20)
                     for target in targets[1:]:  # a stream cannot be re-read
                         shutil.copyfile(targets[0], target)
-        except (tarfile.TarError, EOFError, zlib.error) as e:
+        except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise DataFormatError(f"{archive}: cannot read the archive ({type(e).__name__}: {e}); "
                                   "it is corrupt or truncated, download it again") from None
 

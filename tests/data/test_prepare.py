@@ -84,9 +84,22 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     (tmp_path / "wrong.tar.gz").write_bytes(cifar_python())
     cases.append((["imdb", "--data-dir", str(tmp_path), "--source", str(tmp_path / "wrong.tar.gz")],
                   "unpacking imdb gave no aclImdb/train/pos"))
+    (tmp_path / "cut.tar.gz").write_bytes(acl_imdb()[:300])
+    cases.append((["imdb", "--data-dir", str(tmp_path), "--source", str(tmp_path / "cut.tar.gz")],
+                  "cut.tar.gz: cannot read the archive"))
     for args, message in cases:
         with pytest.raises(SystemExit) as e:
             prepare(*args)
         err = capsys.readouterr().err
         assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "imdb").exists() and not list(tmp_path.glob(".*.unpacking"))
+
+
+def test_truncated_genome_is_rejected(tmp_path):
+    from seqssm.data.errors import DataFormatError
+    from seqssm.data.extract import gunzip_file
+
+    cut = tmp_path / "chr1.fna.gz"
+    cut.write_bytes(next(iter(genomes().values()))[:-9])
+    with pytest.raises(DataFormatError, match="chr1.fna.gz: cannot gunzip"):
+        gunzip_file(cut, tmp_path / "chr1.fna")
