@@ -28,7 +28,7 @@ from urllib.parse import quote
 from tqdm.auto import tqdm
 
 from .errors import DataFormatError, DigestMismatchError, DownloadError
-from .extract import _quiet, is_complete, unpack
+from .extract import bar_disabled, is_complete, unpack
 from .sources import DATASETS, Dataset, SourceFile
 
 MIRROR_ENV = "SEQSSM_DATA_MIRROR"
@@ -77,7 +77,7 @@ def hash_file(path: Path, desc: str, progress: bool | None = None) -> Hasher:
     """A Hasher fed with the whole of `path`."""
     hasher = Hasher()
     with open(path, "rb") as f, tqdm(total=path.stat().st_size, desc=desc, unit="B", unit_scale=True,
-                                     unit_divisor=1024, disable=_quiet(progress), leave=False) as bar:
+                                     unit_divisor=1024, disable=bar_disabled(progress), leave=False) as bar:
         while chunk := f.read(CHUNK):
             hasher.update(chunk)
             bar.update(len(chunk))
@@ -135,9 +135,9 @@ def fetch(urls: Sequence[str], part: Path, progress: bool | None = None, attempt
     hasher = hash_file(part, f"re-reading {part.name}", progress) if part.exists() else Hasher()
     fruitless = 0
     with tqdm(initial=hasher.size, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
-              disable=_quiet(progress)) as bar:
+              disable=bar_disabled(progress)) as bar:
         while True:
-            before, errors = hasher.size, []
+            before, errors, restarted = hasher.size, [], False
             for url in urls:
                 try:
                     _transfer(url, part, hasher, bar)
@@ -148,6 +148,7 @@ def fetch(urls: Sequence[str], part: Path, progress: bool | None = None, attempt
                         part.unlink()
                         hasher.reset()
                         bar.reset()
+                        restarted = True
                     elif e.code in PERMANENT_HTTP:
                         continue
                 except TRANSIENT as e:
@@ -158,6 +159,8 @@ def fetch(urls: Sequence[str], part: Path, progress: bool | None = None, attempt
                 break  # a transient failure: retry after the pause
             else:
                 raise DownloadError(f"cannot download {name}: " + "; ".join(errors))
+            if restarted:
+                continue
             fruitless = 0 if hasher.size > before else fruitless + 1
             if fruitless >= attempts:
                 raise DownloadError(f"cannot download {name} ({hasher.size} bytes kept in {part}; run the "

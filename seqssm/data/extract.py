@@ -47,7 +47,7 @@ def unpack(jobs: list[tuple[Dataset, Path]], files: dict[str, Path], provenance:
                 for f in d.files:
                     readers[f.name] += [(prefix, staging[d.name] / dest) for prefix, dest in d.members]
             else:
-                for f in tqdm(d.files, desc=f"unpacking {d.name}", unit=" files", disable=_quiet(progress)):
+                for f in tqdm(d.files, desc=f"unpacking {d.name}", unit=" files", disable=bar_disabled(progress)):
                     target = staging[d.name] / (f.name.removesuffix(".gz") if d.gunzip else f.name)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     (gunzip_file if d.gunzip else shutil.copyfile)(files[f.name], target)
@@ -96,7 +96,7 @@ def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None =
     that route's folder, minus the prefix; one pass, front to back. Paths that would leave the folder are skipped."""
     size = archive.stat().st_size
     with open(archive, "rb") as raw, tqdm.wrapattr(raw, "read", total=size, desc=f"unpacking {archive.name}",
-                                                     disable=_quiet(progress)) as counted:
+                                                     disable=bar_disabled(progress)) as counted:
         try:
             # random-access mode read front to back: far faster per member than the "r|" stream mode
             with tarfile.open(fileobj=counted, mode="r:*") as tar:
@@ -123,6 +123,6 @@ def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None =
                                   "it is corrupt or truncated, download it again") from None
 
 
-def _quiet(progress: bool | None) -> bool | None:
+def bar_disabled(progress: bool | None) -> bool | None:
     """tqdm's `disable`: None (the default) shows bars only on a terminal."""
     return None if progress is None else not progress

@@ -117,6 +117,15 @@ def test_interrupted_command_leaves_nothing_complete_and_next_call_resumes(serve
     assert is_complete(DATASETS["listops"], root / "listops")
 
 
+def test_stale_partial_file_longer_than_the_source_starts_over(served, tmp_path):
+    data = served.files["aclImdb_v1.tar.gz"]
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "downloads" / "aclImdb_v1.tar.gz.part").write_bytes(data + b"left over from another file")
+    fetch_all(["imdb"], tmp_path, served)
+    assert [r for _, r in served.requests] == [f"bytes={len(data) + 27}-", None]  # 416, then from byte 0
+    assert (tmp_path / "downloads" / "aclImdb_v1.tar.gz").read_bytes() == data
+
+
 def test_server_ignoring_range_restarts_from_zero(served, tmp_path):
     served.drop, served.ignore_range = 1, True
     root = tmp_path / "data"
