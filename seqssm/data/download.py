@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from tqdm.auto import tqdm
 
-from .errors import DataFormatError, DigestMismatchError, DownloadError
+from .errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
 from .extract import bar_disabled, is_complete, unpack
 from .sources import DATASETS, Dataset, SourceFile
 
@@ -260,7 +260,13 @@ def download(names: Iterable[str], data_dir: str | Path = "data", mirror: str | 
                                    **({"size": digests.size, "sha256": digests.sha256} if digests else {})}
         if digests and not source.md5 and source.name not in record.entries:
             fresh[source.name] = digests
-    unpack([(d, data_dir / d.folder) for d in todo], local, provenance, progress)
+    try:
+        unpack([(d, data_dir / d.folder) for d in todo], local, provenance, progress)
+    except CorruptFileError as e:  # e.g. an error page served as the file: fetch it afresh next time
+        if e.path.parent.resolve().is_relative_to(downloads.resolve()) and e.path.exists():
+            e.path.unlink()
+            raise CorruptFileError(e.path, f"{e} (removed; run the command again to download it afresh)") from None
+        raise
     for name, digests in fresh.items():  # unpacked without complaint: the first verified use
         record.add(name, digests)
     for d in todo:

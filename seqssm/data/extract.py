@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
-from .errors import DataFormatError
+from .errors import CorruptFileError
 from .sources import Dataset
 
 MARKER = ".seqssm-download.json"  # in a dataset folder: which files it was unpacked from
@@ -55,10 +55,10 @@ def unpack(jobs: list[tuple[Dataset, Path]], files: dict[str, Path], provenance:
             untar(files[archive], routes, progress)
         for d, folder in jobs:
             lacking = [p for p in d.expected if not (staging[d.name] / p).exists()]
-            if lacking:
-                names = ", ".join(str(files[f.name]) for f in d.files[:3])
-                raise DataFormatError(f"{names}: unpacking {d.name} gave no {lacking[0]} ({len(lacking)} of "
-                                      f"{len(d.expected)} expected paths missing); is this the published file?")
+            if lacking:  # blame the archive; for loose files the reader's own error names the one missing
+                source = files[d.files[0].name]
+                raise CorruptFileError(source, f"{source}: unpacking {d.name} gave no {lacking[0]} ({len(lacking)} of "
+                                               f"{len(d.expected)} expected paths missing); is this the published file?")
             marker = {"dataset": d.name, "files": {f.name: provenance.get(f.name, {}) for f in d.files}}
             commit(staging[d.name], folder, marker)
     finally:
@@ -88,7 +88,7 @@ def gunzip_file(src: Path, dest: Path) -> None:
         with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
     except (OSError, EOFError) as e:
-        raise DataFormatError(f"{src}: cannot gunzip ({e}); the file is corrupt or truncated, download it again") from None
+        raise CorruptFileError(src, f"{src}: cannot gunzip ({e}); the file is corrupt or truncated") from None
 
 
 def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None = None) -> None:
@@ -119,8 +119,9 @@ def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None =
                     for target in targets[1:]:  # a stream cannot be re-read
                         shutil.copyfile(targets[0], target)
         except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-            raise DataFormatError(f"{archive}: cannot read the archive ({type(e).__name__}: {e}); "
-                                  "it is corrupt or truncated, download it again") from None
+            reason = " ".join(str(e).split())  # tarfile lists each method it tried on its own line
+            raise CorruptFileError(archive, f"{archive}: cannot read the archive ({type(e).__name__}: {reason}); "
+                                            "it is corrupt or truncated") from None
 
 
 def bar_disabled(progress: bool | None) -> bool | None:

@@ -12,7 +12,7 @@ import torch
 from seqssm.data import (AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule,
                          SMNISTDataModule, SpeciesDataModule)
 from seqssm.data import download as dl
-from seqssm.data.errors import DigestMismatchError, DownloadError
+from seqssm.data.errors import CorruptFileError, DigestMismatchError, DownloadError
 from seqssm.data.extract import MARKER, is_complete
 from seqssm.data.sources import DATASETS
 
@@ -153,6 +153,19 @@ def test_no_verify_accepts_a_modified_mirror_file(served, tmp_path):
     fetch_all(["cifar10"], root, served, verify=False)
     assert is_complete(DATASETS["cifar10"], root / "cifar10")
     assert not (root / "downloads" / "digests.json").exists()
+
+
+def test_unusable_file_without_digest_is_removed_not_recorded(served, tmp_path):
+    good = served.files["lra_release.gz"]
+    served.files["lra_release.gz"] = b"<html>quota exceeded</html>"  # what a broken mirror may send with a 200
+    root = tmp_path / "data"
+    with pytest.raises(CorruptFileError, match=r"lra_release.gz: cannot read the archive .* \(removed; run the command "
+                                               r"again to download it afresh\)"):
+        fetch_all(["aan"], root, served)
+    assert not (root / "downloads" / "lra_release.gz").exists() and not (root / "downloads" / "digests.json").exists()
+    served.files["lra_release.gz"] = good
+    fetch_all(["aan"], root, served)
+    assert json.loads((root / "downloads" / "digests.json").read_text())["lra_release.gz"]["size"] == len(good)
 
 
 def test_recorded_digest_checks_later_downloads(served, tmp_path):
