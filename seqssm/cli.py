@@ -1,4 +1,4 @@
-"""The `seqssm` command: LightningCLI `fit | validate | test | predict`, plus `export`.
+"""The `seqssm` command: LightningCLI `fit | validate | test | predict`, plus `export`, `data`, ...
 
     seqssm fit --config recipes/quickstart.yaml
     seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
@@ -57,6 +57,10 @@ def main(args: list[str] | None = None) -> None:
             from .models.interop.cli import generate_main
 
             generate_main(argv[1:])
+        elif argv[:1] == ["data"]:
+            from .data.cli import main as data_main
+
+            data_main(argv[1:])
         elif argv[:1] == ["study"]:
             from .study.cli import main as study_main
 

@@ -2,7 +2,9 @@
 
 Every DataModule yields `{"inputs": (B, L) LongTensor ids or (B, L, d_input) float,
 "lengths": (B,), "labels": (B,)}` and sets `vocab_size`, `d_input`, `n_classes`,
-`pad_token_id` (and `mask_token_id` where one exists) in `__init__`.
+`pad_token_id` (and `mask_token_id` where one exists) in `__init__`. `seqssm data download`
+(sources.py: the published files; download.py: fetching and verifying; extract.py: unpacking)
+puts each dataset where its DataModule looks by default.
 """
 
 from .base import SeqDataModule

@@ -9,6 +9,14 @@ class DataFormatError(ValueError):
     """Input exists but is not in the expected published format (truncated, malformed)."""
 
 
+class CorruptFileError(DataFormatError):
+    """A source file that cannot be unpacked (truncated, corrupt, or not the published file); `path` names it."""
+
+    def __init__(self, path: str | Path, message: str):
+        super().__init__(message)
+        self.path = Path(path)
+
+
 class DataNotFoundError(FileNotFoundError):
     """A dataset directory or file is missing; the message shows the layout and the command."""
 
@@ -29,3 +37,11 @@ def require(path: str | Path, layout: str, command: str) -> Path:
     if not path.exists():
         raise missing(path, layout, command)
     return path
+
+
+class DownloadError(RuntimeError):
+    """A source file could not be fetched; the message names the URLs tried and why each failed."""
+
+
+class DigestMismatchError(DownloadError):
+    """A fetched file's digest differs from the published or recorded one."""

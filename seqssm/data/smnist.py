@@ -11,6 +11,7 @@ from .cache import Ragged
 from .errors import DataFormatError, missing
 from .images import ImageDataModule
 from .io import read_idx
+from .sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/mnist; files may end in .gz)
   train-images-idx3-ubyte  train-labels-idx1-ubyte
@@ -33,7 +34,7 @@ def _find(data_dir: Path, name: str) -> Path:
     for cand in (data_dir / name, data_dir / f"{name}.gz"):
         if cand.exists():
             return cand
-    raise missing(data_dir / name, LAYOUT, f"python scripts/prepare_data.py mnist --source <dir with the IDX files> --out {data_dir}")
+    raise missing(data_dir / name, LAYOUT, download_command("mnist", data_dir))
 
 
 def read_mnist(data_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:

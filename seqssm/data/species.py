@@ -28,10 +28,10 @@ from torch.utils.data import Dataset, Sampler
 from .base import SeqDataModule
 from .collate import PadCollate
 from .errors import missing
-from .species_splits import _STD_TEST, _STD_VALID, SPECIES_SPLITS
+from .sources import download_command
+from .species_splits import _STD_TEST, _STD_VALID, DEFAULT_SPECIES, SPECIES_SPLITS
 from .tokenizers import DNATokenizer
 
-DEFAULT_SPECIES = ("human", "lemur", "mouse", "pig", "hippo")
 TASKS = ("classification", "ntp", "mlm")
 SAMPLINGS = ("hyenadna", "thesis")
 SUBSETS = ("all", "pretrain", "finetune")
@@ -238,9 +238,11 @@ class SpeciesDataModule(SeqDataModule):
                 if path is None:
                     layout = (f"<data_dir>/{s}/chr{{C}}.fna (or .fa, .fna.gz) for C in train "
                               f"{SPECIES_SPLITS[s]['train']}, valid {_STD_VALID}, test {_STD_TEST}")
-                    raise missing(self.data_dir / s / f"chr{c}.fna", layout,
-                                  f"python scripts/prepare_data.py species --out {self.data_dir}  "
-                                  "(synthetic), or download the species' chromosome FASTA files from NCBI")
+                    command = download_command("species", self.data_dir, f" --species {s}")
+                    if s not in DEFAULT_SPECIES:  # not among the downloadable genomes
+                        command = (f"seqssm data prepare species --species {s} --out {self.data_dir}   (synthetic; "
+                                   f"for the real genome place {s}'s chromosome FASTA files from NCBI there)")
+                    raise missing(self.data_dir / s / f"chr{c}.fna", layout, command)
                 limit = self.finetune_bases if split == "train" and self.train_subset == "finetune" else None
                 row.append(Region(Chromosome(path, s, c), limit))
                 if limit is not None and row[-1].length < limit:

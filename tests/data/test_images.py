@@ -62,7 +62,7 @@ def test_cifar_truncated_and_missing(tmp_path):
     p.write_bytes(p.read_bytes()[:500])
     with pytest.raises(DataFormatError, match="data_batch_3"):
         CIFAR10DataModule(data_dir=tmp_path).setup()
-    with pytest.raises(DataNotFoundError, match="prepare_data.py cifar10"):
+    with pytest.raises(DataNotFoundError, match="seqssm data download cifar10 --data-dir DIR"):
         CIFAR10DataModule(data_dir=tmp_path / "x").setup()
 
 
@@ -275,7 +275,7 @@ def test_pathfinder_skips_empty_image_with_warning(tmp_path):
 
 
 def test_pathfinder_errors(tmp_path):
-    with pytest.raises(DataNotFoundError, match="prepare_data.py pathfinder --resolution 64"):
+    with pytest.raises(DataNotFoundError, match="seqssm data prepare pathfinder --resolution 64"):
         PathfinderDataModule(data_dir=tmp_path, resolution=64).setup()
     root = write_pathfinder(tmp_path, 3, seed=2, res=32)
     (root / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png\n")

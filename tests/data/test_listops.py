@@ -97,7 +97,8 @@ def test_missing_names_layout_and_command(tmp_path):
     with pytest.raises(DataNotFoundError) as e:
         ListOpsDataModule(data_dir=tmp_path / "nowhere").setup()
     msg = str(e.value)
-    assert "basic_train.tsv" in msg and "scripts/prepare_data.py listops" in msg
+    assert "basic_train.tsv" in msg and "seqssm data download listops --data-dir DIR" in msg
+    assert f"seqssm data prepare listops --out {tmp_path / 'nowhere'}" in msg
 
 
 def test_generator_deterministic_and_labels_correct():

@@ -1,81 +1,105 @@
-"""scripts/prepare_data.py: converting downloaded archives into the layouts the readers expect."""
+"""`seqssm data prepare`: offline generators, and local copies of the published files unpacked as a download would."""
 
-import importlib.util
-import io
-import pickle
-import tarfile
-from pathlib import Path
+from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from seqssm.data import AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule
+from seqssm.cli import main
+from seqssm.data import (AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule,
+                         SMNISTDataModule, SpeciesDataModule)
+from seqssm.data.extract import is_complete
+from seqssm.data.sources import DATASETS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prepare_data.py"
-
-
-@pytest.fixture(scope="module")
-def prepare():
-    spec = importlib.util.spec_from_file_location("prepare_data", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+from .published import LISTOPS_ROW, acl_imdb, cifar_python, genomes, lra_release, mnist
 
 
-def make_tar(path, files: dict[str, bytes]):
-    with tarfile.open(path, "w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+def prepare(*args: str) -> None:
+    main(["data", "prepare", *args])
 
 
-def test_lra_release_archive(tmp_path, prepare):
-    from seqssm.data.generators.pathfinder import write_pathfinder
-
-    src = write_pathfinder(tmp_path / "pf", 10, seed=0, res=32)
-    files = {f"lra_release/pathfinder32/curv_contour_length_14/{p.relative_to(src)}": p.read_bytes()
-             for p in src.rglob("*") if p.is_file()}
-    tsv = "Source\tTarget\n( ( ( [MAX 2 ) 9 ) ] )\t9\n"
-    for split in ("train", "val", "test"):
-        files[f"lra_release/listops-1000/basic_{split}.tsv"] = tsv.encode()
-    for split in ("train", "eval", "test"):
-        files[f"lra_release/tsv_data/new_aan_pairs.{split}.tsv"] = b"1\ta\tb\tfoo\tbar\n0\tc\td\tx\ty\n"
-    files["lra_release/listops-1000/../../evil.tsv"] = b"x"
-    make_tar(tmp_path / "lra_release.gz", files)
-    prepare(["listops", "--out", str(tmp_path / "lo"), "--source", str(tmp_path / "lra_release.gz")])
-    prepare(["aan", "--out", str(tmp_path / "aan"), "--source", str(tmp_path / "lra_release.gz")])
-    prepare(["pathfinder", "--out", str(tmp_path / "pfo"), "--source", str(tmp_path / "lra_release.gz")])
-    lo = ListOpsDataModule(data_dir=tmp_path / "lo")
+def test_lra_release_archive(tmp_path):
+    archive = tmp_path / "lra_release.gz"
+    archive.write_bytes(lra_release(tmp_path))
+    for name in ("listops", "aan", "pathfinder"):
+        prepare(name, "--data-dir", str(tmp_path / "data"), "--source", str(archive))
+        assert is_complete(DATASETS[name], tmp_path / "data" / name)
+    lo = ListOpsDataModule(data_dir=tmp_path / "data" / "listops")
     lo.setup()
-    assert lo.splits["test"][0][1] == 9
-    aan = AANDataModule(data_dir=tmp_path / "aan")
+    assert lo.splits["train"][0][1] == int(LISTOPS_ROW.split("\t")[1])
+    aan = AANDataModule(data_dir=tmp_path / "data" / "aan")
     aan.setup()
     assert len(aan.splits["val"]) == 2
-    pf = PathfinderDataModule(data_dir=tmp_path / "pfo")
+    pf = PathfinderDataModule(data_dir=tmp_path / "data" / "pathfinder", resolution=128)
     pf.setup()
     assert sum(len(s) for s in pf.splits.values()) == 10
-    assert not (tmp_path / "evil.tsv").exists()
+    assert not list(tmp_path.rglob("evil.tsv"))
 
 
-def test_cifar_and_imdb_archives(tmp_path, prepare):
-    batch = pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [3, 4]})
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    make_tar(tmp_path / "c.tar.gz", {f"cifar-10-batches-py/{n}": batch for n in names})
-    prepare(["cifar10", "--out", str(tmp_path / "cifar"), "--source", str(tmp_path / "c.tar.gz")])
-    dm = CIFAR10DataModule(data_dir=tmp_path / "cifar", mode="categorical")
+def test_cifar_imdb_archives_and_file_folders(tmp_path):
+    (tmp_path / "cifar-10-python.tar.gz").write_bytes(cifar_python())
+    prepare("cifar10", "--out", str(tmp_path / "c"), "--source", str(tmp_path / "cifar-10-python.tar.gz"))
+    dm = CIFAR10DataModule(data_dir=tmp_path / "c", mode="categorical")
     dm.setup()
-    assert len(dm.splits["test"]) == 2
-    reviews = {f"aclImdb/{s}/{lab}/{i}_7.txt": f"{s} {lab} {i}".encode()
-               for s in ("train", "test") for lab in ("pos", "neg") for i in range(2)}
-    reviews["aclImdb/train/unsup/0_0.txt"] = b"unlabelled"
-    make_tar(tmp_path / "aclImdb_v1.tar.gz", reviews)
-    prepare(["imdb", "--out", str(tmp_path / "imdb"), "--source", str(tmp_path / "aclImdb_v1.tar.gz")])
+    assert len(dm.splits["test"]) == 4
+    (tmp_path / "aclImdb_v1.tar.gz").write_bytes(acl_imdb())
+    prepare("imdb", "--out", str(tmp_path / "imdb"), "--source", str(tmp_path / "aclImdb_v1.tar.gz"))
     im = IMDBDataModule(data_dir=tmp_path / "imdb")
     im.setup()
-    assert len(im.splits["train"]) == 4 and sorted(im.splits["train"][i][1] for i in range(4)) == [0, 0, 1, 1]
+    assert sorted(im.splits["train"][i][1] for i in range(len(im.splits["train"]))) == [0, 0, 1, 1]
+    (tmp_path / "idx").mkdir()
+    mnist(tmp_path / "idx")  # the four published .gz files in one folder
+    prepare("mnist", "--out", str(tmp_path / "mnist"), "--source", str(tmp_path / "idx"))
+    sm = SMNISTDataModule(data_dir=tmp_path / "mnist")
+    sm.setup()
+    assert len(sm.splits["test"]) == 6
+    for name, data in genomes().items():  # HyenaDNA's wget layout: <species>/chr<C>.fna.gz
+        (tmp_path / "ncbi" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ncbi" / name).write_bytes(data)
+    prepare("species", "--data-dir", str(tmp_path / "data"), "--source", str(tmp_path / "ncbi"))
+    sp = SpeciesDataModule(data_dir=tmp_path / "data" / "species", max_length=16, val_size=4, test_size=4)
+    sp.setup()
+    assert sp.splits["val"][0][0].shape == (16,)
 
 
-def test_no_source_for_real_only_datasets(tmp_path, prepare):
-    with pytest.raises(SystemExit, match="no generator"):
-        prepare(["cifar10", "--out", str(tmp_path)])
+def test_generators(tmp_path):
+    prepare("listops", "--data-dir", str(tmp_path), "--n-train", "8", "--n-val", "4", "--n-test", "4",
+            "--min-length", "5", "--max-length", "60")
+    lo = ListOpsDataModule(data_dir=tmp_path / "listops")
+    lo.setup()
+    assert [len(lo.splits[s]) for s in ("train", "val", "test")] == [8, 4, 4]
+    prepare("pathfinder", "--data-dir", str(tmp_path), "--resolution", "32", "--n", "10")
+    pf = PathfinderDataModule(data_dir=tmp_path / "pathfinder")
+    pf.setup()
+    assert sum(len(s) for s in pf.splits.values()) == 10
+    prepare("species", "--out", str(tmp_path / "g"), "--species", "human", "--length", "300")
+    sp = SpeciesDataModule(data_dir=tmp_path / "g", species=("human",), max_length=16, val_size=2, test_size=2)
+    sp.setup()
+    assert sp.splits["test"][0][0].shape == (16,)
+
+
+def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
+    cases = [(["cifar10", "--data-dir", str(tmp_path)], "cifar10 has no generator: `seqssm data download cifar10`"),
+             (["imdb", "--source", str(tmp_path / "nope.tar.gz")], "does not exist"),
+             (["mnist", "--source", str(tmp_path)], "no train-images-idx3-ubyte.gz")]
+    (tmp_path / "wrong.tar.gz").write_bytes(cifar_python())
+    cases.append((["imdb", "--data-dir", str(tmp_path), "--source", str(tmp_path / "wrong.tar.gz")],
+                  "unpacking imdb gave no aclImdb/train/pos"))
+    (tmp_path / "cut.tar.gz").write_bytes(acl_imdb()[:300])
+    cases.append((["imdb", "--data-dir", str(tmp_path), "--source", str(tmp_path / "cut.tar.gz")],
+                  "cut.tar.gz: cannot read the archive"))
+    for args, message in cases:
+        with pytest.raises(SystemExit) as e:
+            prepare(*args)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "imdb").exists() and not list(tmp_path.glob(".*.unpacking"))
+
+
+def test_truncated_genome_is_rejected(tmp_path):
+    from seqssm.data.errors import DataFormatError
+    from seqssm.data.extract import gunzip_file
+
+    cut = tmp_path / "chr1.fna.gz"
+    cut.write_bytes(next(iter(genomes().values()))[:-9])
+    with pytest.raises(DataFormatError, match="chr1.fna.gz: cannot gunzip"):
+        gunzip_file(cut, tmp_path / "chr1.fna")

@@ -196,7 +196,7 @@ def test_gz_and_missing(tmp_path):
     dm = dm_for(tmp_path, species=("human",), max_length=20)
     assert p.exists() and set(tokens_of(dm.test_dataloader())) >= {G}
     (tmp_path / "human" / "chr13.fna").unlink()
-    with pytest.raises(DataNotFoundError, match=r"chr13.fna(.|\n)*prepare_data.py species"):
+    with pytest.raises(DataNotFoundError, match=r"chr13.fna(.|\n)*seqssm data prepare species --species human"):
         dm_for(tmp_path, species=("human",))
     with pytest.raises(ValueError, match="unknown species"):
         SpeciesDataModule(species=("dragon",))

@@ -8,6 +8,7 @@ from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
 from ..errors import missing
 from ..io import parse_int_label, read_tsv
+from ..sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/aan, or lra_release/tsv_data)
   new_aan_pairs.train.tsv     no header; columns label, id1, id2, text1, text2
@@ -43,7 +44,7 @@ class AANDataModule(SeqDataModule):
         paths = {s: self.data_dir / f for s, f in SPLIT_FILES.items()}
         for p in paths.values():
             if not p.exists():
-                raise missing(p, LAYOUT, f"python scripts/prepare_data.py aan --source lra_release.gz --out {self.data_dir}")
+                raise missing(p, LAYOUT, download_command("aan", self.data_dir))
 
         def build():
             out = {}

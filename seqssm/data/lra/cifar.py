@@ -9,6 +9,7 @@ from ..cache import Ragged
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule, to_gray
 from ..io import read_pickle
+from ..sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/cifar10)
   cifar-10-batches-py/
@@ -52,7 +53,7 @@ class CIFAR10DataModule(ImageDataModule):
         files = {"train": [root / f"data_batch_{i}" for i in range(1, 6)], "test": [root / "test_batch"]}
         for p in files["train"] + files["test"]:
             if not p.exists():
-                raise missing(p, LAYOUT, f"python scripts/prepare_data.py cifar10 --source cifar-10-python.tar.gz --out {self.data_dir}")
+                raise missing(p, LAYOUT, download_command("cifar10", self.data_dir))
         # Reading five pickles takes ~1 s: no Arrow cache needed.
         split_data = {}
         for split, paths in files.items():

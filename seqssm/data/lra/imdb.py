@@ -8,13 +8,13 @@ from pathlib import Path
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
 from ..errors import DataFormatError, missing
+from ..sources import download_command
 from .text import read_text_table
 
 LAYOUT = """<data_dir>/                 (e.g. data/imdb), any one of:
   train.parquet, test.parquet  (or .csv / .tsv) with columns `text`, `label` (0 neg, 1 pos)
   aclImdb/{train,test}/{neg,pos}/*.txt   (the Stanford release, aclImdb_v1.tar.gz)
 or Hugging Face `datasets` "imdb" already in the local cache (~/.cache/huggingface)."""
-COMMAND = "python scripts/prepare_data.py imdb --source <aclImdb_v1.tar.gz | parquet dir> --out {out}"
 
 
 def _hf_cache_files(split: str) -> list[Path]:
@@ -57,7 +57,7 @@ def locate_imdb(data_dir: Path) -> dict[str, list[Path]]:
     hf = {s: _hf_cache_files(s) for s in ("train", "test")}
     if all(hf.values()):
         return hf
-    raise missing(data_dir, LAYOUT, COMMAND.format(out=data_dir))
+    raise missing(data_dir, LAYOUT, download_command("imdb", data_dir))
 
 
 def read_imdb(files: list[Path]) -> tuple[list[str], list[int]]:

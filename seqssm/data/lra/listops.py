@@ -9,6 +9,7 @@ from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits, source_stamp
 from ..errors import missing
 from ..io import parse_int_label, read_tsv
+from ..sources import download_command
 from ..tokenizers import ListOpsTokenizer
 
 LAYOUT = """<data_dir>/                (e.g. data/listops, or lra_release/listops-1000)
@@ -56,7 +57,7 @@ class ListOpsDataModule(SeqDataModule):
         for split, fname in SPLIT_FILES.items():
             paths[split] = self.data_dir / fname
             if not paths[split].exists():
-                raise missing(paths[split], LAYOUT, f"python scripts/prepare_data.py listops --out {self.data_dir}")
+                raise missing(paths[split], LAYOUT, download_command("listops", self.data_dir))
 
         def build():
             out = {}

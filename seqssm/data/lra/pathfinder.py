@@ -14,6 +14,7 @@ from ..cache import cached_splits, source_stamp
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule
 from ..png import read_png
+from ..sources import download_command
 
 LEVELS = ("curv_baseline", "curv_contour_length_9", "curv_contour_length_14")
 LAYOUT = """<data_dir>/                 (e.g. data/pathfinder, or the LRA release's lra_release/)
@@ -99,7 +100,7 @@ class PathfinderDataModule(ImageDataModule):
         self.prepare_data()
         if not (self.level_dir / "metadata").is_dir():
             raise missing(self.level_dir / "metadata", LAYOUT.format(res=self.resolution, level=self.level),
-                          f"python scripts/prepare_data.py pathfinder --resolution {self.resolution} --out {self.data_dir}")
+                          download_command("pathfinder", self.data_dir, f" --resolution {self.resolution}"))
         meta = sorted((self.level_dir / "metadata").glob("*.npy"))
         spec = {"sources": source_stamp(meta), "res": self.resolution, "level": self.level}
         data = cached_splits(self.cache_dir, f"pathfinder{self.resolution}", spec,

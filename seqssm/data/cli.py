@@ -1,0 +1,98 @@
+"""`seqssm data list | download | prepare`: what is on disk, fetching the published files, offline generation.
+
+    seqssm data list                                        # every dataset, its source, size and status
+    seqssm data download imdb cifar10                       # into data/imdb, data/cifar10
+    seqssm data download listops aan pathfinder --data-dir /scratch/data   # the LRA release, fetched once
+    seqssm data download mnist --mirror https://mirror.example.org/seqssm  # or SEQSSM_DATA_MIRROR
+    seqssm data prepare listops                             # generate with LRA's grammar
+    seqssm data prepare pathfinder --resolution 64 --n 20000
+    seqssm data prepare imdb --source aclImdb_v1.tar.gz     # unpack a file you already have
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import DataFormatError, DataNotFoundError, DownloadError
+from .sources import DATASETS
+from .species_splits import DEFAULT_SPECIES
+
+USER_ERRORS = (DataFormatError, DataNotFoundError, DownloadError, OSError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `seqssm data` parser with its three subcommands."""
+    parser = argparse.ArgumentParser(prog="seqssm data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def data_dir(p):
+        p.add_argument("--data-dir", type=Path, default=Path("data"),
+                       help="root of the dataset folders; each dataset goes to DATA_DIR/<name> (default: data)")
+
+    data_dir(commands.add_parser("list", help="every dataset: source files, download size, folder, status"))
+
+    p = commands.add_parser("download", help="fetch, verify and unpack datasets where the DataModules look")
+    p.add_argument("names", nargs="+", metavar="NAME", choices=list(DATASETS), help=", ".join(DATASETS))
+    data_dir(p)
+    p.add_argument("--mirror", help="fetch every file from MIRROR/<file name> (a URL or a local folder) instead of "
+                                    "its official location (default: $SEQSSM_DATA_MIRROR)")
+    p.add_argument("--no-verify", action="store_true", help="skip the digest checks, e.g. for a mirror of modified files")
+
+    p = commands.add_parser("prepare", help="generate a dataset offline, or unpack a local copy of its published file")
+    p.add_argument("name", choices=list(DATASETS))
+    data_dir(p)
+    p.add_argument("--out", type=Path, help="folder to write (default: DATA_DIR/<name>, where the DataModule looks)")
+    p.add_argument("--source", type=Path, help="published file (or folder of them) to unpack instead of generating")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-train", type=int, default=96_000, help="listops")
+    p.add_argument("--n-val", type=int, default=2_000, help="listops")
+    p.add_argument("--n-test", type=int, default=2_000, help="listops")
+    p.add_argument("--min-length", type=int, default=500, help="listops: shortest expression (tokens)")
+    p.add_argument("--max-length", type=int, default=2000, help="listops: longest expression (tokens)")
+    p.add_argument("--resolution", type=int, default=32, help="pathfinder")
+    p.add_argument("--level", default="curv_contour_length_14", help="pathfinder")
+    p.add_argument("--n", type=int, default=10_000, help="pathfinder: images to generate")
+    p.add_argument("--species", nargs="+", default=list(DEFAULT_SPECIES), help="species")
+    p.add_argument("--length", type=int, default=200_000, help="species: bases per synthetic chromosome")
+    p.add_argument("--order", type=int, default=4, help="species: Markov order")
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    """Run `seqssm data ...`; errors the user can fix print one line and exit with status 2."""
+    ns = build_parser().parse_args(argv)
+    try:
+        if ns.command == "list":
+            print_listing(ns.data_dir)
+        elif ns.command == "download":
+            from .download import download
+
+            download(ns.names, ns.data_dir, mirror=ns.mirror, verify=not ns.no_verify)
+        else:
+            from .prepare import prepare
+
+            out = ns.out or ns.data_dir / DATASETS[ns.name].folder
+            prepare(ns.name, out, ns.source, seed=ns.seed, n_train=ns.n_train, n_val=ns.n_val, n_test=ns.n_test,
+                    min_length=ns.min_length, max_length=ns.max_length, n=ns.n, resolution=ns.resolution,
+                    level=ns.level, species=ns.species, length=ns.length, order=ns.order)
+            print(f"{ns.name}: written to {out}")
+    except USER_ERRORS as e:
+        print(f"seqssm data: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("seqssm data: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
+        sys.exit(130)
+
+
+def print_listing(data_dir: Path) -> None:
+    """Print `seqssm data list`'s table."""
+    from .download import listing
+
+    rows = listing(data_dir)
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns[:-1]}
+    for row in [dict(zip(columns, columns))] + rows:
+        print("  ".join(row[c].ljust(widths[c]) for c in columns[:-1]) + "  " + row[columns[-1]])
