@@ -1,32 +1,81 @@
-"""`TaskCheckpoint`: keeps the best checkpoint by the task's own validation metric and `last.ckpt`."""
+"""`TaskCheckpoint`: the best checkpoint by the task's own validation metric, and an always current `last.ckpt`.
+
+`last.ckpt` is what `--ckpt_path last` resumes and what `seqssm export` reads, so it must hold the run's
+newest state whatever happens:
+- it is written at the end of every epoch and of training (Lightning 2.6 refreshes it only when a new
+  best was saved, so a run whose metric stopped improving kept an early `last.ckpt`), every
+  `last_every_n_minutes` (default 10) and every `last_every_n_train_steps` during an epoch, and on
+  SIGINT / SIGTERM, after which training stops with `TrainingInterrupted`;
+- it is always `<dirpath>/last.ckpt`: a resumed run keeps writing it, also when the run folder was moved or
+  copied (Lightning would write `last-v1.ckpt` beside a stale `last.ckpt`);
+- every checkpoint file is written under a temporary name and renamed into place (`AtomicCheckpointIO`),
+  so a kill while writing leaves the previous file loadable.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 from .base import SequenceTask
+from .files import AtomicCheckpointIO, remove_stale_temporaries
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on SIGINT or SIGTERM after saving `checkpoint`; resume from it with `--ckpt_path last`."""
+
+    def __init__(self, signum: int, checkpoint: str, global_step: int):
+        self.signum, self.checkpoint, self.global_step = signum, checkpoint, global_step
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"training stopped by {self.signal_name} at global step {global_step}; the run is saved in "
+                         f"{checkpoint}. Resume it with --ckpt_path last (seqssm fit) or "
+                         f"Trainer.fit(..., ckpt_path={checkpoint!r}).")
 
 
 class TaskCheckpoint(ModelCheckpoint):
     """ModelCheckpoint with `save_last=True` whose monitor defaults to the task's `val_<metric>`.
 
     Classification and MaskedLM keep the highest `val_acc`, NextTokenPrediction the lowest
-    `val_ppl`; the best is chosen after each validation. `last_every_n_train_steps` also
-    refreshes `last.ckpt` every n optimizer steps, so a run killed mid-epoch resumes from
-    close to where it stopped (`--ckpt_path last`).
+    `val_ppl`; the best is chosen after each validation. See the module docstring for `last.ckpt`.
     """
 
-    def __init__(self, last_every_n_train_steps: int = 0, save_last: bool = True, **kwargs: Any):
+    def __init__(self, last_every_n_train_steps: int = 0, last_every_n_minutes: float = 10.0,
+                 save_last: bool = True, **kwargs: Any):
+        """Args:
+            last_every_n_train_steps: also refresh last.ckpt every n optimizer steps (0: off).
+            last_every_n_minutes: also refresh last.ckpt when this many minutes passed since it was last
+                written (0: off), so that a long epoch never risks more than this much work.
+            save_last, kwargs: as ModelCheckpoint.
+        """
         if last_every_n_train_steps < 0:
             raise ValueError(f"checkpoint.last_every_n_train_steps must be >= 0, got {last_every_n_train_steps}")
+        if not last_every_n_minutes >= 0:
+            raise ValueError(f"checkpoint.last_every_n_minutes must be >= 0 (0: off), got {last_every_n_minutes}")
         super().__init__(save_last=save_last, **kwargs)
         self.last_every_n_train_steps = last_every_n_train_steps
+        self.last_every_n_minutes = last_every_n_minutes
+        self.last_saved_step: int | None = None  # global step of the newest last.ckpt this run wrote
+        self._last_written_at = 0.0
+        self._stop_signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
 
+    @property
+    def last_path(self) -> str:
+        return os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+
+    # -- setup -----------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.monitor is None and isinstance(pl_module, SequenceTask):
             self.monitor = f"val_{pl_module.metric_name}"
@@ -35,11 +84,122 @@ class TaskCheckpoint(ModelCheckpoint):
             if self.filename is None:
                 self.filename = "{epoch}-{step}-{" + self.monitor + ":.4f}"
         super().setup(trainer, pl_module, stage)
+        if stage == "fit":
+            if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+                trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+            if trainer.is_global_zero:
+                remove_stale_temporaries(self.dirpath)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and os.path.normpath(old) != os.path.normpath(self.dirpath):
+            # the run folder was moved or copied: its checkpoints are here now, under the same names
+            state_dict = relocate(state_dict, old, self.dirpath)
+        super().load_state_dict(state_dict)
+
+    # -- last.ckpt -------------------------------------------------------------------------------------
+    def save_last_now(self, trainer: L.Trainer) -> str:
+        """Write the current training state to `<dirpath>/last.ckpt` (atomically); returns its path."""
+        path = self.last_path
+        self.last_model_path = path  # part of the state being saved
+        trainer.save_checkpoint(path)
+        self.last_saved_step = trainer.global_step
+        self._last_written_at = time.monotonic()
+        return path
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        # Lightning's own calls (after a new best): always last.ckpt, never a versioned last-v1.ckpt
+        if self.save_last:
+            self.save_last_now(trainer)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._last_written_at = time.monotonic()
+        self._install_signal_handlers(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         super().on_train_batch_end(trainer, pl_module, *args)
-        n = self.last_every_n_train_steps
-        if n and trainer.global_step % n == 0 and not trainer.sanity_checking:
-            path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
-            trainer.save_checkpoint(path)
-            self.last_model_path = path
+        if trainer.sanity_checking or not self.save_last:
+            return
+        stop = trainer.strategy.reduce_boolean_decision(self._stop_signal is not None, all=False)
+        n, minutes = self.last_every_n_train_steps, self.last_every_n_minutes
+        due = bool(n) and trainer.global_step % n == 0
+        if minutes:
+            # one clock decides for all ranks, so that all of them take part in the save
+            due |= trainer.strategy.broadcast(time.monotonic() - self._last_written_at >= 60 * minutes)
+        if stop or due:
+            self.save_last_now(trainer)
+        if stop:
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        # after validation and the best checkpoint, so that last.ckpt carries both; also when the run stops at
+        # max_steps inside an epoch (see resume.settle_loop_state for how that checkpoint is resumed)
+        if self.save_last and not trainer.sanity_checking:
+            self.save_last_now(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.save_last and self.last_saved_step != trainer.global_step:
+            self.save_last_now(trainer)
+        self._restore_signal_handlers()
+        if self._stop_signal is not None:
+            # the signal came during the last validation: the run finished and is saved; still stop the caller
+            self._stop(trainer)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_signal_handlers()
+        super().on_exception(trainer, pl_module, exception)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_signal_handlers()
+        super().teardown(trainer, pl_module, stage)
+
+    # -- SIGINT / SIGTERM ------------------------------------------------------------------------------
+    def _install_signal_handlers(self, trainer: L.Trainer) -> None:
+        self._stop_signal = None
+        if not self.save_last or threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        verbose = trainer.is_global_zero
+
+        def request_stop(signum: int, frame: Any) -> None:
+            if self._stop_signal is None and verbose:
+                print(f"\nseqssm: {signal.Signals(signum).name} received: saving {self.last_path} after this "
+                      "training step, then stopping (Ctrl-C again stops at once, without saving)",
+                      file=sys.stderr, flush=True)
+            self._stop_signal = signum
+            # a second Ctrl-C is for a user who cannot wait (e.g. a long validation): Python's default
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        for signum in STOP_SIGNALS:
+            self._previous_handlers[signum] = signal.signal(signum, request_stop)
+
+    def _restore_signal_handlers(self) -> None:
+        while self._previous_handlers:
+            signum, handler = self._previous_handlers.popitem()
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        signum, self._stop_signal = self._stop_signal, None
+        self._restore_signal_handlers()
+        for logger in trainer.loggers:
+            logger.save()  # the metrics logged so far, which the logger otherwise flushes every n steps
+        raise TrainingInterrupted(signum, self.last_path, trainer.global_step)
+
+
+def relocate(state: dict[str, Any], old_dir: str, new_dir: str) -> dict[str, Any]:
+    """ModelCheckpoint state with every path under `old_dir` moved to `new_dir` (same file names)."""
+
+    def move(path: Any) -> Any:
+        if isinstance(path, str) and path and os.path.dirname(os.path.normpath(path)) == os.path.normpath(old_dir):
+            return os.path.join(new_dir, os.path.basename(path))
+        return path
+
+    moved = {key: move(value) for key, value in state.items()}
+    moved["dirpath"] = new_dir
+    if isinstance(state.get("best_k_models"), dict):
+        moved["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
+    missing = [p for p in [moved.get("best_model_path")] if p and not os.path.exists(p)]
+    if missing:
+        rank_zero_warn(f"resumed from a moved run: its best checkpoint {missing[0]} is not in {new_dir}")
+    return moved
