@@ -68,6 +68,7 @@ class TaskCheckpoint(ModelCheckpoint):
         self.last_every_n_minutes = last_every_n_minutes
         self.last_saved_step: int | None = None  # global step of the newest last.ckpt this run wrote
         self._last_written_at = 0.0
+        self._writes = 0  # of last.ckpt
         self._stop_signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
 
@@ -103,6 +104,7 @@ class TaskCheckpoint(ModelCheckpoint):
         path = self.last_path
         self.last_model_path = path  # part of the state being saved
         trainer.save_checkpoint(path)
+        self._writes += 1
         self.last_saved_step = trainer.global_step
         self._last_written_at = time.monotonic()
         return path
@@ -133,10 +135,11 @@ class TaskCheckpoint(ModelCheckpoint):
             self._stop(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_train_epoch_end(trainer, pl_module)
+        writes = self._writes
+        super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt too when it saved a new best
         # after validation and the best checkpoint, so that last.ckpt carries both; also when the run stops at
         # max_steps inside an epoch (see resume.settle_loop_state for how that checkpoint is resumed)
-        if self.save_last and not trainer.sanity_checking:
+        if self.save_last and not trainer.sanity_checking and self._writes == writes:
             self.save_last_now(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

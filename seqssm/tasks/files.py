@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -25,19 +25,32 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write(file)` on a temporary file beside `path`, then rename it to `path`; on any failure the old
-    `path` is untouched and the temporary file removed."""
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp)` to write a temporary file beside `path`, flush it to disk, then rename it to `path`; on
+    any failure the old `path` is untouched and the temporary file removed."""
     path = Path(path)
     tmp = temporary_path(path)
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
+        write(tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def append_or_roll_back(path: str | Path, data: bytes) -> None:
+    """Append `data` to `path` and flush it to disk; if that fails, cut the file back to its old length."""
+    path = Path(path)
+    size = path.stat().st_size
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.truncate(path, size)
         raise
 
 
@@ -57,4 +70,4 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):
             return super().save_checkpoint(checkpoint, path, storage_options)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: torch.save(checkpoint, f))
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
