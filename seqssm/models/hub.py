@@ -104,6 +104,10 @@ def check_writable(model: nn.Module, format: str) -> None:
         raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
     if format not in (FORMAT, "hf"):
         raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
+    if format == "hf":
+        from .interop import hf_config
+
+        hf_config(model.config)  # raises PretrainedFormatError for what a Hugging Face Mamba cannot hold
 
 
 def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT) -> None:
