@@ -287,21 +287,18 @@ class SequenceTask(L.LightningModule):
             "model.init_args.lr, set trainer.gradient_clip_val, or resume from the checkpoint with --ckpt_path.")
 
     def last_good_checkpoint(self) -> str:
-        """The newest checkpoint from before the current step, described for an error message."""
+        """The newest checkpoint from before the current step (TaskCheckpoint's last.ckpt), for an error message."""
         callback = self.trainer.checkpoint_callback
-        saved_step = getattr(callback, "last_saved_step", None)
-        if saved_step is not None:  # TaskCheckpoint: written after a step whose loss and gradients were finite
-            return f"{callback.last_model_path} (global step {saved_step})"
-        resumed = self.trainer.ckpt_path
-        if resumed and self._resumed_step == self.global_step:
-            best = getattr(callback, "best_model_path", "")
-            return (f"none: this run resumed from {resumed} at this very step, so its weights already give "
-                    f"non-finite values; resume from an earlier checkpoint{f' (the best: {best})' if best else ''} "
-                    "or start again")
-        if resumed:
-            return f"{resumed} (global step {self._resumed_step}, where this run resumed)"
-        last = getattr(callback, "last_model_path", "") if callback is not None else ""
-        return last or "none saved yet"
+        last_good = getattr(callback, "last_good", None)
+        good = last_good(self.trainer) if last_good is not None else None
+        if good is not None:
+            return f"{good[0]} (global step {good[1]})"
+        best = getattr(callback, "best_model_path", "")
+        also = f"; the best one is {best}" if best else ""
+        if self.trainer.ckpt_path and self._resumed_step == self.global_step:
+            return (f"none: this run resumed from {self.trainer.ckpt_path} at this very step, so that checkpoint "
+                    f"gives these non-finite values again{also}")
+        return f"none from before this step{also}"
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

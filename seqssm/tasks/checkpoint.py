@@ -9,7 +9,10 @@ newest state whatever happens:
 - it is always `<dirpath>/last.ckpt`: a resumed run keeps writing it, also when the run folder was moved or
   copied (Lightning would write `last-v1.ckpt` beside a stale `last.ckpt`);
 - every checkpoint file is written under a temporary name and renamed into place (`AtomicCheckpointIO`),
-  so a kill while writing leaves the previous file loadable.
+  so a kill while writing leaves the previous file loadable;
+- during training the generation before it is kept as a hidden hard link (no copy), so that when a step's
+  loss or gradients are not finite the guard can name, and put back as `last.ckpt`, a state from before
+  that step: the state at that step gives the same non-finite values again when resumed exactly.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -28,7 +32,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from .base import SequenceTask
-from .files import AtomicCheckpointIO, remove_stale_temporaries
+from .files import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -66,7 +70,8 @@ class TaskCheckpoint(ModelCheckpoint):
         super().__init__(save_last=save_last, **kwargs)
         self.last_every_n_train_steps = last_every_n_train_steps
         self.last_every_n_minutes = last_every_n_minutes
-        self.last_saved_step: int | None = None  # global step of the newest last.ckpt this run wrote
+        self.last_saved_step: int | None = None  # global step of the state in last.ckpt, when known
+        self.previous_saved_step: int | None = None  # and of the generation before it (previous_path)
         self._last_written_at = 0.0
         self._writes = 0  # of last.ckpt
         self._stop_signal: int | None = None
@@ -75,6 +80,10 @@ class TaskCheckpoint(ModelCheckpoint):
     @property
     def last_path(self) -> str:
         return os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+
+    @property
+    def previous_path(self) -> str:
+        return os.path.join(self.dirpath, f".{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}.previous")
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -90,6 +99,11 @@ class TaskCheckpoint(ModelCheckpoint):
                 trainer.strategy.checkpoint_io = AtomicCheckpointIO()
             if trainer.is_global_zero:
                 remove_stale_temporaries(self.dirpath)
+                self._remove_previous()
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if trainer.ckpt_path and os.path.realpath(trainer.ckpt_path) == os.path.realpath(self.last_path):
+            self.last_saved_step = checkpoint.get("global_step")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old = state_dict.get("dirpath")
@@ -102,12 +116,49 @@ class TaskCheckpoint(ModelCheckpoint):
     def save_last_now(self, trainer: L.Trainer) -> str:
         """Write the current training state to `<dirpath>/last.ckpt` (atomically); returns its path."""
         path = self.last_path
+        if self.last_saved_step != trainer.global_step:  # rewriting the same step keeps the older generation
+            # a second name only works when the new file replaces the old one instead of writing into it
+            atomic = isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+            kept = atomic and (self._keep_as_previous(path) if trainer.is_global_zero else True)  # rank 0 writes
+            self.previous_saved_step = self.last_saved_step if kept else None
         self.last_model_path = path  # part of the state being saved
         trainer.save_checkpoint(path)
         self._writes += 1
         self.last_saved_step = trainer.global_step
         self._last_written_at = time.monotonic()
         return path
+
+    def _keep_as_previous(self, path: str) -> bool:
+        """Give last.ckpt a second name, previous_path (no copy: no extra space until last.ckpt is replaced)."""
+        link = temporary_path(Path(self.previous_path))
+        try:
+            os.link(path, link)
+            os.replace(link, self.previous_path)
+            return True
+        except OSError:  # no last.ckpt yet, or a filesystem without hard links
+            link.unlink(missing_ok=True)
+            self._remove_previous()
+            return False
+
+    def _remove_previous(self) -> None:
+        Path(self.previous_path).unlink(missing_ok=True)
+
+    def last_good(self, trainer: L.Trainer) -> tuple[str, int] | None:
+        """(path, global step) of the newest last.ckpt from before the current step, or None.
+
+        When last.ckpt holds this very step, whose loss or gradients turned out not finite, the generation
+        before it is put back as last.ckpt, so that `--ckpt_path last` (with, say, a lower lr) can work.
+        """
+        if self.last_saved_step is not None and self.last_saved_step < trainer.global_step:
+            return self.last_path, self.last_saved_step
+        if self.previous_saved_step is None or self.previous_saved_step >= trainer.global_step:
+            return None
+        if trainer.is_global_zero:
+            if not os.path.isfile(self.previous_path):
+                return None
+            os.replace(self.previous_path, self.last_path)
+        self.last_saved_step, self.previous_saved_step = self.previous_saved_step, None
+        return self.last_path, self.last_saved_step
 
     def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
         # Lightning's own calls (after a new best): always last.ckpt, never a versioned last-v1.ckpt
@@ -145,6 +196,8 @@ class TaskCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.save_last and self.last_saved_step != trainer.global_step:
             self.save_last_now(trainer)
+        if trainer.is_global_zero:
+            self._remove_previous()  # only needed while training
         self._restore_signal_handlers()
         if self._stop_signal is not None:
             # the signal came during the last validation: the run finished and is saved; still stop the caller

@@ -25,17 +25,20 @@ def fit(folder, callbacks=(), ckpt_path=None, max_epochs=2):
     return trainer, task
 
 
-def test_a_non_finite_gradient_stops_before_the_update_and_names_the_checkpoint_before_it(tmp_path):
-    # the loss of step 3 is finite; only its gradient is not: the update must not happen, nor a checkpoint after it
+@pytest.mark.parametrize("step", [3, 6], ids=["mid-epoch", "first-step-of-an-epoch"])
+def test_a_non_finite_gradient_stops_before_the_update_and_names_the_checkpoint_before_it(tmp_path, step):
+    # the loss is finite; only the gradient is not: the update must not happen, nor a checkpoint after it
     with pytest.raises(NonFiniteLossError) as info:
-        fit(tmp_path, callbacks=[PoisonGradientAt(step=3)])
+        fit(tmp_path, callbacks=[PoisonGradientAt(step=step)])
     last = tmp_path / "ckpt" / "last.ckpt"
     message = str(info.value)
-    assert "non-finite gradient of model.head.weight at global step 3" in message
+    assert f"non-finite gradient of model.head.weight at global step {step}" in message
     assert "training stopped before this step's update" in message
-    assert f"Last good checkpoint: {last} (global step 3)" in message
+    # last.ckpt held this very step, which resumed exactly gives the same gradients: the one before is put back
+    assert f"Last good checkpoint: {last} (global step {step - 1})" in message
     saved = torch.load(last, weights_only=True)
-    assert saved["global_step"] == 3
+    assert saved["global_step"] == step - 1
+    assert sorted(p.name for p in last.parent.iterdir() if p.name.startswith(".")) == []
     assert all(torch.isfinite(v).all() for v in saved["state_dict"].values())
 
     trainer, task = fit(tmp_path, ckpt_path="last")  # the named checkpoint resumes and trains on
@@ -48,5 +51,5 @@ def test_a_checkpoint_that_fails_at_once_is_not_called_good(tmp_path):
     with pytest.raises(NonFiniteLossError) as info:
         fit(tmp_path, callbacks=[PoisonAt(step=6)], ckpt_path="last")  # the first step after resuming
     message = str(info.value)
-    assert f"this run resumed from {tmp_path / 'ckpt' / 'last.ckpt'} at this very step" in message
-    assert "none saved yet" not in message
+    assert f"none: this run resumed from {tmp_path / 'ckpt' / 'last.ckpt'} at this very step" in message
+    assert "the best one is" in message
