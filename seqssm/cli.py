@@ -76,8 +76,15 @@ def main(args: list[str] | None = None) -> None:
         else:
             make_cli(args)
     except TrainingInterrupted as e:
-        print(f"seqssm: training stopped by {e.signal_name} at global step {e.global_step}; the run is saved in "
-              f"{e.checkpoint}.\nResume it with: {resume_command(argv)}", file=sys.stderr)
+        stopped = f"seqssm: training stopped by {e.signal_name} at global step {e.global_step}"
+        if argv[:1] == ["fit"]:
+            print(f"{stopped}; the run is saved in {e.checkpoint}.\nResume it with: {resume_command(argv)}",
+                  file=sys.stderr)
+        elif argv[:1] == ["study"]:
+            print(f"{stopped}. Run the same command again to go on: finished stages are kept, this one starts over.",
+                  file=sys.stderr)
+        else:
+            print(f"seqssm: {e}", file=sys.stderr)
         sys.exit(128 + e.signum)  # the shell's code for "ended by this signal": `fit && test` must not go on
     except Exception as e:
         # jsonargparse wraps errors raised while instantiating a class in its own ValueError

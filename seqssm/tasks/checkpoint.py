@@ -174,13 +174,13 @@ class TaskCheckpoint(ModelCheckpoint):
         super().on_train_batch_end(trainer, pl_module, *args)
         if trainer.sanity_checking or not self.save_last:
             return
-        stop = trainer.strategy.reduce_boolean_decision(self._stop_signal is not None, all=False)
-        n, minutes = self.last_every_n_train_steps, self.last_every_n_minutes
-        due = bool(n) and trainer.global_step % n == 0
-        if minutes:
-            # one clock decides for all ranks, so that all of them take part in the save
-            due |= trainer.strategy.broadcast(time.monotonic() - self._last_written_at >= 60 * minutes)
-        if stop or due:
+        minutes = self.last_every_n_minutes
+        late = bool(minutes) and time.monotonic() - self._last_written_at >= 60 * minutes
+        # one collective per step: a signal or a clock on any rank makes all ranks take part in the save
+        flags = torch.tensor([self._stop_signal is not None, late], dtype=torch.float32, device=pl_module.device)
+        stop, late = (bool(flag) for flag in trainer.strategy.reduce(flags, reduce_op="max"))
+        n = self.last_every_n_train_steps
+        if stop or late or (n and trainer.global_step % n == 0):
             self.save_last_now(trainer)
         if stop:
             self._stop(trainer)
