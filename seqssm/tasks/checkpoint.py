@@ -190,7 +190,7 @@ class TaskCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt too when it saved a new best
         # after validation and the best checkpoint, so that last.ckpt carries both; also when the run stops at
         # max_steps inside an epoch (see resume.settle_loop_state for how that checkpoint is resumed)
-        if self.save_last and not trainer.sanity_checking and self._writes == writes:
+        if self.save_last and self._writes == writes:
             self.save_last_now(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -255,7 +255,7 @@ def relocate(state: dict[str, Any], old_dir: str, new_dir: str) -> dict[str, Any
     moved["dirpath"] = new_dir
     if isinstance(state.get("best_k_models"), dict):
         moved["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
-    missing = [p for p in [moved.get("best_model_path")] if p and not os.path.exists(p)]
-    if missing:
-        rank_zero_warn(f"resumed from a moved run: its best checkpoint {missing[0]} is not in {new_dir}")
+    best = moved.get("best_model_path")
+    if best and not os.path.exists(best):
+        rank_zero_warn(f"resumed a moved run whose best checkpoint {os.path.basename(best)} is not in {new_dir}")
     return moved

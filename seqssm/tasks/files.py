@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
-from fsspec.implementations.local import LocalFileSystem
 
 TEMPORARY_MARK = ".tmp-"
 
