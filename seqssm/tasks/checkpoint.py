@@ -122,7 +122,7 @@ class TaskCheckpoint(ModelCheckpoint):
             kept = atomic and (self._keep_as_previous(path) if trainer.is_global_zero else True)  # rank 0 writes
             self.previous_saved_step = self.last_saved_step if kept else None
         self.last_model_path = path  # part of the state being saved
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._writes += 1
         self.last_saved_step = trainer.global_step
         self._last_written_at = time.monotonic()
