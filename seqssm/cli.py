@@ -10,25 +10,28 @@
 
 The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id`
 come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
-(best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last` finds them.
+(best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last` finds them; `last.ckpt`
+is refreshed every 10 minutes and on Ctrl-C / SIGTERM, which then stop the run (exit code 128 + signal).
+`export` and `convert` refuse a non-empty output folder unless given `--overwrite`.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from .data.errors import DataFormatError, DataNotFoundError
-from .models.hub import NotASeqssmFolderError
+from .models.hub import NotASeqssmFolderError, OutputExistsError
 from .models.interop import PretrainedFormatError
 from .models.surgery import SurgeryError
 from .study.species import StudyError
-from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError
+from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, TrainingInterrupted
 from .tasks.lightning_cli import make_cli
 
 # Errors whose message already says what is wrong and what to do: shown without a traceback.
 USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
-               NotASeqssmFolderError, PretrainedFormatError, StudyError, SurgeryError)
+               NotASeqssmFolderError, OutputExistsError, PretrainedFormatError, StudyError, SurgeryError)
 
 
 def export_main(argv: list[str]) -> None:
@@ -38,8 +41,10 @@ def export_main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="seqssm export", description=export_main.__doc__)
     parser.add_argument("ckpt", help="Lightning checkpoint of a seqssm task (.ckpt)")
     parser.add_argument("out_dir", help="folder to write; load it with SequenceModel.from_pretrained")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the content of a non-empty OUT_DIR (default: refuse it)")
     ns = parser.parse_args(argv)
-    out = export_checkpoint(ns.ckpt, ns.out_dir)
+    out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors")
 
 
@@ -74,6 +79,17 @@ def main(args: list[str] | None = None) -> None:
             rl_main(argv)
         else:
             make_cli(args)
+    except TrainingInterrupted as e:
+        stopped = f"seqssm: training stopped by {e.signal_name} at global step {e.global_step}"
+        if argv[:1] == ["fit"]:
+            print(f"{stopped}; the run is saved in {e.checkpoint}.\nResume it with: {resume_command(argv)}",
+                  file=sys.stderr)
+        elif argv[:1] == ["study"]:
+            print(f"{stopped}. Run the same command again to go on: finished stages are kept, this one starts over.",
+                  file=sys.stderr)
+        else:
+            print(f"seqssm: {e}", file=sys.stderr)
+        sys.exit(128 + e.signum)  # the shell's code for "ended by this signal": `fit && test` must not go on
     except Exception as e:
         # jsonargparse wraps errors raised while instantiating a class in its own ValueError
         cause = user_error(e)
@@ -81,6 +97,20 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"seqssm: error: {cause}", file=sys.stderr)
         sys.exit(1)
+
+
+def resume_command(argv: list[str]) -> str:
+    """The `seqssm` command line `argv` with `--ckpt_path last` (replacing any other --ckpt_path)."""
+    args, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--ckpt_path="):
+            skip = False
+            continue
+        if arg == "--ckpt_path":
+            skip = True
+            continue
+        args.append(arg)
+    return shlex.join(["seqssm", *args, "--ckpt_path", "last"])
 
 
 def user_error(error: BaseException) -> BaseException | None:

@@ -1,6 +1,9 @@
 """seqssm model folders: `config.json` (format marker, version, model config) + `model.safetensors`.
 
-`save_pretrained(model, dir)` writes one; `load_pretrained(dir, SequenceModel)` rebuilds the model
+`save_pretrained(model, dir)` writes one; it refuses a non-empty `dir` unless `overwrite=True`, and then
+replaces the folder's content whole: everything is written into a staging folder beside it, which takes
+its place only once complete (a failure leaves `dir` as it was, and no old file stays beside the new).
+`load_pretrained(dir, SequenceModel)` rebuilds the model
 from its config and loads the weights (users call `SequenceModel.from_pretrained` /
 `model.save_pretrained`; the class is passed in so that this module sits below it). Nothing here
 unpickles anything.
@@ -16,7 +19,11 @@ Task checkpoints and the dispatch between folders and checkpoints are `seqssm.mo
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -31,32 +38,98 @@ class NotASeqssmFolderError(ValueError):
     """A folder lacks the files or the format marker of a seqssm model folder."""
 
 
-def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT) -> Path:
-    """Write `model.config` and its weights to `out_dir` (created if needed) as a seqssm folder, or with
-    format="hf" as a folder transformers' MambaForCausalLM loads; returns the folder."""
+class OutputExistsError(FileExistsError):
+    """A folder to write is not empty (or not a folder) and replacing it was not asked for, or is unsafe."""
+
+
+def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
+    """`out_dir` as a Path if a model folder may be written there: it is new or empty, or `overwrite` is set and
+    it looks like a folder of files (no sub-folders, not the working directory or one above it)."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return out_dir
+    if not out_dir.is_dir():
+        raise OutputExistsError(f"{out_dir} is a file, not a folder; nothing was written. Choose a folder path.")
+    content = sorted(p.name for p in out_dir.iterdir())
+    if not content:
+        return out_dir
+    if not overwrite:
+        shown = ", ".join(content[:5]) + (f", ... ({len(content)} entries)" if len(content) > 5 else "")
+        raise OutputExistsError(f"{out_dir} is not empty ({shown}); nothing was written. Choose a new or empty "
+                                "folder, or pass --overwrite (overwrite=True) to replace its content.")
+    if out_dir.resolve() in (Path.cwd(), *Path.cwd().parents):
+        raise OutputExistsError(f"refusing to replace {out_dir}: it is the working directory or holds it")
+    folders = [p.name for p in out_dir.iterdir() if p.is_dir()]
+    if folders:
+        raise OutputExistsError(f"refusing to replace {out_dir}: it holds folders ({', '.join(sorted(folders))}), "
+                                "which a model folder never does; remove it yourself if that is intended")
+    return out_dir
+
+
+@contextmanager
+def staged_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """An empty folder beside `out_dir` to write into; when the block ends without error it takes the place of
+    `out_dir` (whose old content goes only then), else it is removed and `out_dir` is left as it was."""
+    out_dir = check_target(out_dir, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        yield stage
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(stage, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(stage, out_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT, overwrite: bool = False) -> Path:
+    """Write `model.config` and its weights to the new or empty folder `out_dir` (with `overwrite`, replace the
+    content of a non-empty one) as a seqssm folder, or with format="hf" as a folder transformers'
+    MambaForCausalLM loads; returns the folder."""
+    check_writable(model, format)
+    with staged_folder(out_dir, overwrite) as stage:
+        write_pretrained(model, stage, format)
+    return Path(out_dir)
+
+
+def check_writable(model: nn.Module, format: str) -> None:
+    """Raise unless `model` can be saved in `format` (before anything is written)."""
+    if not isinstance(getattr(model, "config", None), dict):
+        raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
+    if format not in (FORMAT, "hf"):
+        raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
+    if format == "hf":
+        from .interop import hf_config
+
+        hf_config(model.config)  # raises PretrainedFormatError for what a Hugging Face Mamba cannot hold
+
+
+def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT) -> None:
+    """Write the files of `model` in `format` into the existing folder `folder` (`save_pretrained` stages it)."""
     from safetensors.torch import save_file
 
     from .. import __version__
 
-    config = getattr(model, "config", None)
-    if not isinstance(config, dict):
-        raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
+    check_writable(model, format)
     if format == "hf":
         from .interop import save_hf
 
-        return save_hf(model, out_dir)
-    if format != FORMAT:
-        raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": config}
+        save_hf(model, folder)
+        return
+    folder = Path(folder)
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": model.config}
     if model.provenance:
         meta["provenance"] = model.provenance
-    (out_dir / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
     state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": FORMAT})
-    return out_dir
+    save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
 
 
 def read_config(folder: str | Path) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from seqssm.models.hub import load_state_dict, read_provenance, save_pretrained
+from seqssm.models.hub import check_target, load_state_dict, read_provenance, save_pretrained
 from seqssm.models.registry import model_config
 from seqssm.models.sequence_model import SequenceModel
 
@@ -98,6 +98,8 @@ def read_weights(path: str | Path, what: str = "init_from") -> tuple[dict[str, t
     return checkpoint_state_dict(ckpt, path, what), ckpt.get(CHECKPOINT_PROVENANCE)
 
 
-def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path) -> Path:
-    """Write the network of task checkpoint `ckpt_path` as `out_dir/config.json` + `out_dir/model.safetensors`."""
-    return save_pretrained(model_from_checkpoint(ckpt_path), out_dir)
+def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the network of task checkpoint `ckpt_path` as `out_dir/config.json` + `out_dir/model.safetensors`;
+    a non-empty `out_dir` is refused unless `overwrite` (then its content is replaced whole)."""
+    check_target(out_dir, overwrite)  # before reading a possibly large checkpoint
+    return save_pretrained(model_from_checkpoint(ckpt_path), out_dir, overwrite=overwrite)

@@ -135,9 +135,10 @@ class SequenceModel(nn.Module):
         """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder (`seqssm.models.hub`)."""
         return load_pretrained(path, cls, dtype=dtype)
 
-    def save_pretrained(self, out_dir, format: str = "seqssm"):
-        """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads."""
-        return save_pretrained(self, out_dir, format=format)
+    def save_pretrained(self, out_dir, format: str = "seqssm", overwrite: bool = False):
+        """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads;
+        a non-empty `out_dir` is refused unless `overwrite` (`seqssm.models.hub.save_pretrained`)."""
+        return save_pretrained(self, out_dir, format=format, overwrite=overwrite)
 
     @property
     def causal(self) -> bool:

@@ -1,7 +1,7 @@
 """Lightning tasks: Classification, NextTokenPrediction, MaskedLM on a shared SequenceTask base."""
 
 from .base import ConfigError, NonFiniteLossError, SequenceTask
-from .checkpoint import TaskCheckpoint
+from .checkpoint import TaskCheckpoint, TrainingInterrupted
 from .classification import Classification
 from .mlm import MaskedLM, mask_tokens
 from .ntp import NextTokenPrediction
@@ -10,5 +10,6 @@ from .resume import ResumableTrainData
 
 __all__ = [
     "Classification", "ConfigError", "IncompatibleWeightsError", "LoadReport", "MaskedLM", "NextTokenPrediction",
-    "NonFiniteLossError", "ResumableTrainData", "SequenceTask", "TaskCheckpoint", "load_weights", "mask_tokens",
+    "NonFiniteLossError", "ResumableTrainData", "SequenceTask", "TaskCheckpoint", "TrainingInterrupted", "load_weights",
+    "mask_tokens",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torchmetrics import MeanMetric
 
@@ -35,7 +36,7 @@ class ConfigError(ValueError):
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN or infinite loss; raised before the optimizer step touches the weights."""
+    """Training produced a NaN or infinite loss or gradient; raised before the optimizer step touches the weights."""
 
 
 @dataclass
@@ -115,6 +116,9 @@ class SequenceTask(L.LightningModule):
             metric.persistent(True)
         self.init_report: LoadReport | None = None
         self._rng_to_restore: torch.Tensor | None = None
+        self._resumed_step: int | None = None
+        self._planned_steps: int | None = None  # schedule length of the run a checkpoint was resumed from
+        self.schedule_steps: int | None = None  # optimizer steps the lr schedule spans (set with the optimizer)
 
     # -- what subclasses provide ---------------------------------------------------------------
     def validate_dimensions(self) -> None:
@@ -174,10 +178,47 @@ class SequenceTask(L.LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         optimizer = torch.optim.AdamW(param_groups(self.model, hp.lr, hp.weight_decay), lr=hp.lr, betas=hp.betas)
-        total = int(self.trainer.estimated_stepping_batches)
+        # this run's whole length (max_steps, or max_epochs of batches); a resumed run plans anew
+        total = self.schedule_steps = int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, total, hp.warmup_steps, hp.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self.apply_optimizer_settings()
+
+    def apply_optimizer_settings(self) -> None:
+        """Set the optimizer and schedule from this task's settings, at the schedule's current step.
+
+        A resumed run gets the checkpoint's optimizer groups (lr, weight decay, betas) and schedule step;
+        this replaces their settings with the current ones, so a resume with a new `lr`, `weight_decay`,
+        `betas`, `warmup_steps`, `min_lr_ratio` or a longer run (`max_steps`, `max_epochs`) continues as a
+        run started with those settings would from this step (the moments and the step count are kept).
+        In a fresh run it changes nothing.
+        """
+        hp = self.hparams
+        optimizer = self.trainer.optimizers[0]
+        schedule = self.trainer.lr_scheduler_configs[0].scheduler
+        wanted = param_groups(self.model, hp.lr, hp.weight_decay)
+        if [[id(p) for p in g["params"]] for g in optimizer.param_groups] != [[id(p) for p in g["params"]]
+                                                                            for g in wanted]:
+            raise ConfigError(f"{type(self).__name__}: the checkpoint's optimizer groups differ from those these "
+                              f"settings give (weight_decay={hp.weight_decay}); resume with the run's weight_decay")
+        before = [(g["initial_lr"], g["weight_decay"], tuple(g["betas"])) for g in optimizer.param_groups]
+        for group, want in zip(optimizer.param_groups, wanted):
+            group.update(initial_lr=want["lr"], weight_decay=want["weight_decay"], betas=tuple(hp.betas))
+        schedule.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
+        step = schedule.last_epoch
+        for group, factor in zip(optimizer.param_groups, schedule.lr_lambdas):
+            group["lr"] = group["initial_lr"] * factor(step)
+        schedule._last_lr = [g["lr"] for g in optimizer.param_groups]
+        after = [(g["initial_lr"], g["weight_decay"], tuple(g["betas"])) for g in optimizer.param_groups]
+        if self._resumed_step is not None and (before != after or self._planned_steps != self.schedule_steps):
+            rank_zero_info(
+                f"Resumed at step {step} with this run's optimizer settings: peak lr {hp.lr} (the checkpoint's: "
+                f"{max(b[0] for b in before):g}), weight_decay {hp.weight_decay}, betas {tuple(hp.betas)}, "
+                f"a schedule over {self.schedule_steps} steps"
+                + (f" (the checkpoint's run planned {self._planned_steps})." if self._planned_steps else "."))
 
     # -- steps -------------------------------------------------------------------------------------
     def _run_split(self, batch: dict[str, torch.Tensor], split: str, batch_idx: int) -> torch.Tensor:
@@ -195,6 +236,14 @@ class SequenceTask(L.LightningModule):
             lr = max(group["lr"] for group in self.trainer.optimizers[0].param_groups)
             self.log("lr", lr, on_step=True, on_epoch=False)
         return result.loss
+
+    def on_train_epoch_start(self) -> None:
+        # Lightning calls this only when an epoch starts from its first batch, never when it resumes one
+        # mid-epoch, whose running averages come from the checkpoint. A checkpoint written at the end of an
+        # epoch holds that epoch's sums: clear them, or the next epoch's averages would include them.
+        for split_metric, metric in self.metrics.items():
+            if split_metric.startswith("train_"):
+                metric.reset()
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self._rng_to_restore is not None:
@@ -216,16 +265,40 @@ class SequenceTask(L.LightningModule):
 
     def stop_if_not_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
         """Raise NonFiniteLossError (on every rank) when the loss is NaN or inf, before any weight update."""
-        bad = self.trainer.strategy.reduce_boolean_decision(not bool(torch.isfinite(loss)), all=False)
-        if not bad:
+        if self.trainer.strategy.reduce_boolean_decision(not bool(torch.isfinite(loss)), all=False):
+            self._stop_not_finite(f"non-finite training loss ({loss.item()})", batch_idx)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # A finite loss can still give non-finite gradients; one such update ruins the weights, and every
+        # checkpoint written after it. fp16 training with a GradScaler is exempt: the scaler skips those steps.
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
             return
-        ckpt = self.trainer.checkpoint_callback
-        last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else ""
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        finite = not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads, norm_type=math.inf)))
+        if self.trainer.strategy.reduce_boolean_decision(not finite, all=False):
+            name = next((n for n, p in self.named_parameters()
+                         if p.grad is not None and not torch.isfinite(p.grad).all()), "a parameter on another rank")
+            self._stop_not_finite(f"non-finite gradient of {name}", self.trainer.fit_loop.epoch_loop.batch_idx)
+
+    def _stop_not_finite(self, what: str, batch_idx: int) -> None:
         raise NonFiniteLossError(
-            f"non-finite training loss ({loss.item()}) at global step {self.global_step} "
-            f"(epoch {self.current_epoch}, batch {batch_idx}); training stopped before this step's update. "
-            f"Last good checkpoint: {last or 'none saved yet'}. Lower model.init_args.lr, set "
-            "trainer.gradient_clip_val, or resume from the checkpoint with --ckpt_path.")
+            f"{what} at global step {self.global_step} (epoch {self.current_epoch}, batch {batch_idx}); training "
+            f"stopped before this step's update. Last good checkpoint: {self.last_good_checkpoint()}. Lower "
+            "model.init_args.lr, set trainer.gradient_clip_val, or resume from the checkpoint with --ckpt_path.")
+
+    def last_good_checkpoint(self) -> str:
+        """The newest checkpoint from before the current step (TaskCheckpoint's last.ckpt), for an error message."""
+        callback = self.trainer.checkpoint_callback
+        last_good = getattr(callback, "last_good", None)
+        good = last_good(self.trainer) if last_good is not None else None
+        if good is not None:
+            return f"{good[0]} (global step {good[1]})"
+        best = getattr(callback, "best_model_path", "")
+        also = f"; the best one is {best}" if best else ""
+        if self.trainer.ckpt_path and self._resumed_step == self.global_step:
+            return (f"none: this run resumed from {self.trainer.ckpt_path} at this very step, so that checkpoint "
+                    f"gives these non-finite values again{also}")
+        return f"none from before this step{also}"
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -233,10 +306,13 @@ class SequenceTask(L.LightningModule):
         # the network's own config, so `seqssm.models.loading` rebuilds it without this task or Lightning
         checkpoint[CHECKPOINT_MODEL_CONFIG] = dict(self.model.config)
         checkpoint["seqssm_rng_state"] = torch.get_rng_state()
+        checkpoint["seqssm_schedule_steps"] = self.schedule_steps
         # the lineage of init_from (and its surgery), beside hyper_parameters["init_from"]; survives resumes
         checkpoint[CHECKPOINT_PROVENANCE] = self.model.provenance
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_to_restore = checkpoint.get("seqssm_rng_state")
+        self._resumed_step = checkpoint.get("global_step")
+        self._planned_steps = checkpoint.get("seqssm_schedule_steps")
         if checkpoint.get(CHECKPOINT_PROVENANCE):
             self.model.provenance = checkpoint[CHECKPOINT_PROVENANCE]

@@ -1,32 +1,91 @@
-"""`TaskCheckpoint`: keeps the best checkpoint by the task's own validation metric and `last.ckpt`."""
+"""`TaskCheckpoint`: the best checkpoint by the task's own validation metric, and an always current `last.ckpt`.
+
+`last.ckpt` is what `--ckpt_path last` resumes and what `seqssm export` reads, so it must hold the run's
+newest state whatever happens:
+- it is written at the end of every epoch and of training (Lightning 2.6 refreshes it only when a new
+  best was saved, so a run whose metric stopped improving kept an early `last.ckpt`), every
+  `last_every_n_minutes` (default 10) and every `last_every_n_train_steps` during an epoch, and on
+  SIGINT / SIGTERM, after which training stops with `TrainingInterrupted`;
+- it is always `<dirpath>/last.ckpt`: a resumed run keeps writing it, also when the run folder was moved or
+  copied (Lightning would write `last-v1.ckpt` beside a stale `last.ckpt`);
+- every checkpoint file is written under a temporary name and renamed into place (`AtomicCheckpointIO`),
+  so a kill while writing leaves the previous file loadable;
+- during training the generation before it is kept as a hidden hard link (no copy), so that when a step's
+  loss or gradients are not finite the guard can name, and put back as `last.ckpt`, a state from before
+  that step: the state at that step gives the same non-finite values again when resumed exactly.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
 
 from .base import SequenceTask
+from .files import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on SIGINT or SIGTERM after saving `checkpoint`; resume from it with `--ckpt_path last`."""
+
+    def __init__(self, signum: int, checkpoint: str, global_step: int):
+        self.signum, self.checkpoint, self.global_step = signum, checkpoint, global_step
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"training stopped by {self.signal_name} at global step {global_step}; the run is saved in "
+                         f"{checkpoint}. Resume it with --ckpt_path last (seqssm fit) or "
+                         f"Trainer.fit(..., ckpt_path={checkpoint!r}).")
 
 
 class TaskCheckpoint(ModelCheckpoint):
     """ModelCheckpoint with `save_last=True` whose monitor defaults to the task's `val_<metric>`.
 
     Classification and MaskedLM keep the highest `val_acc`, NextTokenPrediction the lowest
-    `val_ppl`; the best is chosen after each validation. `last_every_n_train_steps` also
-    refreshes `last.ckpt` every n optimizer steps, so a run killed mid-epoch resumes from
-    close to where it stopped (`--ckpt_path last`).
+    `val_ppl`; the best is chosen after each validation. See the module docstring for `last.ckpt`.
     """
 
-    def __init__(self, last_every_n_train_steps: int = 0, save_last: bool = True, **kwargs: Any):
+    def __init__(self, last_every_n_train_steps: int = 0, last_every_n_minutes: float = 10.0,
+                 save_last: bool = True, **kwargs: Any):
+        """Args:
+            last_every_n_train_steps: also refresh last.ckpt every n optimizer steps (0: off).
+            last_every_n_minutes: also refresh last.ckpt when this many minutes passed since it was last
+                written (0: off), so that a long epoch never risks more than this much work.
+            save_last, kwargs: as ModelCheckpoint.
+        """
         if last_every_n_train_steps < 0:
             raise ValueError(f"checkpoint.last_every_n_train_steps must be >= 0, got {last_every_n_train_steps}")
+        if not last_every_n_minutes >= 0:
+            raise ValueError(f"checkpoint.last_every_n_minutes must be >= 0 (0: off), got {last_every_n_minutes}")
         super().__init__(save_last=save_last, **kwargs)
         self.last_every_n_train_steps = last_every_n_train_steps
+        self.last_every_n_minutes = last_every_n_minutes
+        self.last_saved_step: int | None = None  # global step of the state in last.ckpt, when known
+        self.previous_saved_step: int | None = None  # and of the generation before it (previous_path)
+        self._last_written_at = 0.0
+        self._writes = 0  # of last.ckpt
+        self._stop_signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
 
+    @property
+    def last_path(self) -> str:
+        return os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+
+    @property
+    def previous_path(self) -> str:
+        return os.path.join(self.dirpath, f".{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}.previous")
+
+    # -- setup -----------------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.monitor is None and isinstance(pl_module, SequenceTask):
             self.monitor = f"val_{pl_module.metric_name}"
@@ -35,11 +94,168 @@ class TaskCheckpoint(ModelCheckpoint):
             if self.filename is None:
                 self.filename = "{epoch}-{step}-{" + self.monitor + ":.4f}"
         super().setup(trainer, pl_module, stage)
+        if stage == "fit":
+            if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+                trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+            if trainer.is_global_zero:
+                remove_stale_temporaries(self.dirpath)
+                self._remove_previous()
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if trainer.ckpt_path and os.path.realpath(trainer.ckpt_path) == os.path.realpath(self.last_path):
+            self.last_saved_step = checkpoint.get("global_step")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and os.path.normpath(old) != os.path.normpath(self.dirpath):
+            # the run folder was moved or copied: its checkpoints are here now, under the same names
+            state_dict = relocate(state_dict, old, self.dirpath)
+        super().load_state_dict(state_dict)
+
+    # -- last.ckpt -------------------------------------------------------------------------------------
+    def save_last_now(self, trainer: L.Trainer) -> str:
+        """Write the current training state to `<dirpath>/last.ckpt` (atomically); returns its path."""
+        path = self.last_path
+        if self.last_saved_step != trainer.global_step:  # rewriting the same step keeps the older generation
+            # a second name only works when the new file replaces the old one instead of writing into it
+            atomic = isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+            kept = atomic and (self._keep_as_previous(path) if trainer.is_global_zero else True)  # rank 0 writes
+            self.previous_saved_step = self.last_saved_step if kept else None
+        self.last_model_path = path  # part of the state being saved
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._writes += 1
+        self.last_saved_step = trainer.global_step
+        self._last_written_at = time.monotonic()
+        return path
+
+    def _keep_as_previous(self, path: str) -> bool:
+        """Give last.ckpt a second name, previous_path (no copy: no extra space until last.ckpt is replaced)."""
+        link = temporary_path(Path(self.previous_path))
+        try:
+            os.link(path, link)
+            os.replace(link, self.previous_path)
+            return True
+        except OSError:  # no last.ckpt yet, or a filesystem without hard links
+            link.unlink(missing_ok=True)
+            self._remove_previous()
+            return False
+
+    def _remove_previous(self) -> None:
+        Path(self.previous_path).unlink(missing_ok=True)
+
+    def last_good(self, trainer: L.Trainer) -> tuple[str, int] | None:
+        """(path, global step) of the newest last.ckpt from before the current step, or None.
+
+        When last.ckpt holds this very step, whose loss or gradients turned out not finite, the generation
+        before it is put back as last.ckpt, so that `--ckpt_path last` (with, say, a lower lr) can work.
+        """
+        if self.last_saved_step is not None and self.last_saved_step < trainer.global_step:
+            return self.last_path, self.last_saved_step
+        if self.previous_saved_step is None or self.previous_saved_step >= trainer.global_step:
+            return None
+        if trainer.is_global_zero:
+            if not os.path.isfile(self.previous_path):
+                return None
+            os.replace(self.previous_path, self.last_path)
+        self.last_saved_step, self.previous_saved_step = self.previous_saved_step, None
+        return self.last_path, self.last_saved_step
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        # Lightning's own calls (after a new best): always last.ckpt, never a versioned last-v1.ckpt
+        if self.save_last:
+            self.save_last_now(trainer)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._last_written_at = time.monotonic()
+        self._install_signal_handlers(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         super().on_train_batch_end(trainer, pl_module, *args)
+        if trainer.sanity_checking or not self.save_last:
+            return
+        minutes = self.last_every_n_minutes
+        late = bool(minutes) and time.monotonic() - self._last_written_at >= 60 * minutes
+        # one collective per step: a signal or a clock on any rank makes all ranks take part in the save
+        flags = torch.tensor([self._stop_signal is not None, late], dtype=torch.float32, device=pl_module.device)
+        stop, late = (bool(flag) for flag in trainer.strategy.reduce(flags, reduce_op="max"))
         n = self.last_every_n_train_steps
-        if n and trainer.global_step % n == 0 and not trainer.sanity_checking:
-            path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
-            trainer.save_checkpoint(path)
-            self.last_model_path = path
+        if stop or late or (n and trainer.global_step % n == 0):
+            self.save_last_now(trainer)
+        if stop:
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        writes = self._writes
+        super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt too when it saved a new best
+        # after validation and the best checkpoint, so that last.ckpt carries both; also when the run stops at
+        # max_steps inside an epoch (see resume.settle_loop_state for how that checkpoint is resumed)
+        if self.save_last and self._writes == writes:
+            self.save_last_now(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.save_last and self.last_saved_step != trainer.global_step:
+            self.save_last_now(trainer)
+        if trainer.is_global_zero:
+            self._remove_previous()  # only needed while training
+        self._restore_signal_handlers()
+        if self._stop_signal is not None:
+            # the signal came during the last validation: the run finished and is saved; still stop the caller
+            self._stop(trainer)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_signal_handlers()
+        super().on_exception(trainer, pl_module, exception)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_signal_handlers()
+        super().teardown(trainer, pl_module, stage)
+
+    # -- SIGINT / SIGTERM ------------------------------------------------------------------------------
+    def _install_signal_handlers(self, trainer: L.Trainer) -> None:
+        self._stop_signal = None
+        if not self.save_last or threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        verbose = trainer.is_global_zero
+
+        def request_stop(signum: int, frame: Any) -> None:
+            if self._stop_signal is None and verbose:
+                print(f"\nseqssm: {signal.Signals(signum).name} received: saving {self.last_path} after this "
+                      "training step, then stopping (Ctrl-C again stops at once, without saving)",
+                      file=sys.stderr, flush=True)
+            self._stop_signal = signum
+            # a second Ctrl-C is for a user who cannot wait (e.g. a long validation): Python's default
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        for signum in STOP_SIGNALS:
+            self._previous_handlers[signum] = signal.signal(signum, request_stop)
+
+    def _restore_signal_handlers(self) -> None:
+        while self._previous_handlers:
+            signum, handler = self._previous_handlers.popitem()
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        signum, self._stop_signal = self._stop_signal, None
+        self._restore_signal_handlers()
+        for logger in trainer.loggers:
+            logger.save()  # the metrics logged so far, which the logger otherwise flushes every n steps
+        raise TrainingInterrupted(signum, self.last_path, trainer.global_step)
+
+
+def relocate(state: dict[str, Any], old_dir: str, new_dir: str) -> dict[str, Any]:
+    """ModelCheckpoint state with every path under `old_dir` moved to `new_dir` (same file names)."""
+
+    def move(path: Any) -> Any:
+        if isinstance(path, str) and path and os.path.dirname(os.path.normpath(path)) == os.path.normpath(old_dir):
+            return os.path.join(new_dir, os.path.basename(path))
+        return path
+
+    moved = {key: move(value) for key, value in state.items()}
+    moved["dirpath"] = new_dir
+    if isinstance(state.get("best_k_models"), dict):
+        moved["best_k_models"] = {move(path): score for path, score in state["best_k_models"].items()}
+    best = moved.get("best_model_path")
+    if best and not os.path.exists(best):
+        rank_zero_warn(f"resumed a moved run whose best checkpoint {os.path.basename(best)} is not in {new_dir}")
+    return moved

@@ -7,14 +7,17 @@ that neither has to import the other.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningCLI
 
 from ..data import SeqDataModule
 from .base import ConfigError, SequenceTask
 from .checkpoint import TaskCheckpoint
+from .logs import CSVLogger
 from .resume import ResumableTrainData
 
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id")
@@ -44,11 +47,40 @@ class SeqssmCLI(LightningCLI):
             # the checkpoint's weights replace the pretrained ones anyway; don't require that file to still exist
             config.model.init_args.init_from = None
 
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        trainer = self._get(self.config_init, "trainer", default={})
+        if trainer.get("logger") in (None, True):
+            # Lightning's default (CSV, or TensorBoard when installed), as a CSV log that a crash cannot empty
+            kwargs["logger"] = CSVLogger(save_dir=trainer.get("default_root_dir") or os.getcwd())
+        return super().instantiate_trainer(**kwargs)
+
     def after_instantiate_classes(self) -> None:
         # a stable folder per run, so that `--ckpt_path last` finds the previous run's last.ckpt
         for callback in self.trainer.checkpoint_callbacks:
             if isinstance(callback, TaskCheckpoint) and callback.dirpath is None:
                 callback.dirpath = os.path.join(self.trainer.default_root_dir, "checkpoints")
+
+    def before_fit(self) -> None:
+        """Resolve `--ckpt_path last` to a file, and refuse a fit that would overwrite another run's last.ckpt."""
+        config = self.config_init[self.subcommand]
+        callback = self.trainer.checkpoint_callback
+        if not isinstance(callback, TaskCheckpoint) or not callback.save_last:
+            return
+        folder = Path(callback.dirpath)
+        where = f"{folder} (the checkpoints folder of trainer.default_root_dir={self.trainer.default_root_dir})"
+        if config.get("ckpt_path") == "last":
+            found = sorted(folder.glob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+            if not found:
+                raise ConfigError(f"--ckpt_path last: nothing to resume: no last.ckpt in {where}. Check "
+                                  "--trainer.default_root_dir (or the --config that sets it), give a checkpoint file "
+                                  "with --ckpt_path PATH, or leave out --ckpt_path to start a new run.")
+            config["ckpt_path"] = str(found[-1])
+        resumes_here = config.get("ckpt_path") and Path(config["ckpt_path"]).resolve().parent == folder.resolve()
+        last = folder / "last.ckpt"
+        if last.is_file() and not resumes_here:
+            raise ConfigError(f"{last} holds the state of an earlier run, which this run would overwrite. Resume "
+                              "that run with --ckpt_path last, give this run its own folder with "
+                              f"--trainer.default_root_dir, or delete {folder} to start over.")
 
 
 def make_cli(args=None, run: bool = True) -> SeqssmCLI:

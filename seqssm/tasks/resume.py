@@ -133,6 +133,57 @@ class ResumableTrainData(L.Callback):
     def state_dict(self) -> dict[str, Any]:
         return self.position.state_dict()
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # called before Lightning restores its loops from the same dict, so the loop state can be settled first
+        position = (checkpoint.get("callbacks") or {}).get(self.state_key)
+        loops = (checkpoint.get("loops") or {}).get("fit_loop")
+        if position is not None and loops is not None:
+            settle_loop_state(loops, mid_epoch=position["batches_done"] > 0)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # Lightning restores callbacks before it builds the train loader, so the first epoch iterator sees this
         self.position.load_state_dict(state_dict)
+
+
+def settle_loop_state(fit_loop: dict[str, Any], mid_epoch: bool) -> None:
+    """Rewrite Lightning's saved fit-loop progress so that resuming continues where the data stream stands.
+
+    Two states that Lightning resumes wrongly (Lightning 2.6), both of an epoch whose training is over
+    (`processed == ready` in the epoch progress):
+    - the data stream is mid-epoch: the run stopped at `max_steps` (or `should_stop`) inside an epoch, and
+      the checkpoint, written after that, marks the epoch finished; resuming with a larger `max_steps` would
+      start the next epoch or, at `max_epochs`, train nothing. Rewritten to the state of a checkpoint taken
+      at that step's `on_train_batch_end`, which Lightning resumes mid-epoch.
+    - the data stream is at an epoch boundary: with `max_steps` set, Lightning treats this as a restart
+      inside the finished epoch, counts the epoch twice and trains no batch of the next one. Rewritten to a
+      fully finished epoch whose per-epoch counters are zero, so the next epoch starts from its first batch.
+    """
+    epochs = fit_loop["epoch_progress"]
+    if epochs["total"]["processed"] != epochs["total"]["ready"]:
+        return  # mid-epoch or mid-validation checkpoint: Lightning's own restart handles it
+    if mid_epoch:
+        for part in ("total", "current"):
+            epochs[part]["processed"] = epochs[part]["completed"] = epochs[part]["ready"] - 1
+            batches = fit_loop["epoch_loop.batch_progress"][part]
+            batches["completed"] = batches["processed"] - 1
+        fit_loop["epoch_loop.batch_progress"]["is_last_batch"] = False
+        # counted after on_train_batch_end, where a mid-epoch checkpoint is taken
+        fit_loop["epoch_loop.state_dict"]["_batches_that_stepped"] -= 1
+    else:
+        for part in ("total", "current"):
+            epochs[part]["completed"] = epochs[part]["processed"]
+        for key, progress in fit_loop.items():
+            if key.startswith("epoch_loop.") and not key.startswith("epoch_loop.val_loop."):
+                _zero_current(progress)
+        fit_loop["epoch_loop.batch_progress"]["is_last_batch"] = False
+
+
+def _zero_current(progress: Any) -> None:
+    """Zero every `current` counter in a (nested) Lightning progress state dict."""
+    if not isinstance(progress, dict):
+        return
+    for key, value in progress.items():
+        if key == "current" and isinstance(value, dict):
+            progress[key] = dict.fromkeys(value, 0)
+        else:
+            _zero_current(value)

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ...data.tokenized import TOKENIZER_FILE
+from ..hub import check_target, check_writable, staged_folder, write_pretrained
 from .mamba import TOKENIZER_FILES
 
 # SequenceModel settings that depend on the task (head, pooling, inputs) rather than the pretrained network
@@ -43,12 +44,17 @@ def convert_main(argv: list[str]) -> None:
     parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
     parser.add_argument("dst", help="folder to write")
     parser.add_argument("--to", choices=("hf", "seqssm"), required=True, help="format of DST")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the content of a non-empty DST (default: refuse it)")
     ns = parser.parse_args(argv)
-    model = SequenceModel.from_pretrained(ns.src)
-    out = model.save_pretrained(ns.dst, format=ns.to)
-    copied = copy_tokenizer(ns.src, out)
-    print(f"converted {ns.src} -> {out} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
-    print("to finetune it: seqssm fit --model.init_args.init_from", out, "with model_overrides:",
+    check_target(ns.dst, ns.overwrite)  # before reading SRC
+    model = SequenceModel.from_pretrained(ns.src)  # all of SRC is read before anything is written
+    check_writable(model, ns.to)
+    with staged_folder(ns.dst, ns.overwrite) as stage:
+        write_pretrained(model, stage, ns.to)
+        copied = copy_tokenizer(ns.src, stage)
+    print(f"converted {ns.src} -> {ns.dst} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
+    print("to finetune it: seqssm fit --model.init_args.init_from", ns.dst, "with model_overrides:",
           json.dumps(architecture_overrides(model.config)))
 
 

@@ -1,0 +1,101 @@
+"""`seqssm export` / `seqssm convert` never overwrite a folder unasked, and --overwrite replaces it whole."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from seqssm.cli import main
+from seqssm.models import SequenceModel, build
+from seqssm.models.hub import OutputExistsError, save_pretrained
+from seqssm.models.loading import CHECKPOINT_MODEL_CONFIG
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A task checkpoint as `seqssm fit` writes it (the parts export reads)."""
+    model = build("mamba-s6", vocab_size=12, n_classes=3, d_model=8, n_layers=1)
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                CHECKPOINT_MODEL_CONFIG: dict(model.config)}, path)
+    return path, model
+
+
+def folder_state(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_export_refuses_a_non_empty_folder_and_writes_nothing(tmp_path, checkpoint, capsys):
+    ckpt, _ = checkpoint
+    out = tmp_path / "my-model"
+    out.mkdir()
+    (out / "config.json").write_text('{"format": "seqssm", "note": "a model the user keeps"}')
+    (out / "model.safetensors").write_bytes(b"old weights")
+    before = folder_state(out)
+    with pytest.raises(SystemExit) as info:
+        main(["export", str(ckpt), str(out)])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert f"seqssm: error: {out} is not empty (config.json, model.safetensors); nothing was written" in err
+    assert "--overwrite" in err
+    assert folder_state(out) == before
+
+
+def test_export_overwrite_replaces_the_folder_whole(tmp_path, checkpoint):
+    ckpt, model = checkpoint
+    out = tmp_path / "my-model"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "notes.txt").write_text("stale, from another model")
+    main(["export", str(ckpt), str(out), "--overwrite"])
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "my-model"], "no staging folder left"
+    loaded = SequenceModel.from_pretrained(out)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_convert_overwrite_leaves_no_stale_tokenizer(tmp_path, capsys):
+    src = save_pretrained(build("mamba-s6", vocab_size=32, d_model=8, n_layers=1), tmp_path / "src")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "config.json").write_text("{}")
+    (dst / "tokenizer.json").write_text("{}")  # from an earlier conversion of another model
+    before = folder_state(dst)
+    with pytest.raises(SystemExit):
+        main(["convert", str(src), str(dst), "--to", "hf"])
+    assert "is not empty (config.json, tokenizer.json); nothing was written" in capsys.readouterr().err
+    assert folder_state(dst) == before
+
+    main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"])
+    assert sorted(p.name for p in dst.iterdir()) == ["config.json", "model.safetensors"]
+    assert json.loads((dst / "config.json").read_text())["model_type"] == "mamba"
+
+
+def test_convert_validates_before_writing(tmp_path, capsys):
+    src = save_pretrained(build("mamba-s4d", vocab_size=32, d_model=8, n_layers=1), tmp_path / "s4d")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"])  # Hugging Face Mamba holds no S4D
+    assert "S6 cores only" in capsys.readouterr().err
+    assert folder_state(dst) == {"config.json": b"{}"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "s4d"]
+
+
+def test_overwrite_refuses_what_is_not_a_model_folder(tmp_path, monkeypatch):
+    model = build("mamba-s6", vocab_size=32, d_model=8, n_layers=1)
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(OutputExistsError, match="not empty"):
+        save_pretrained(model, tmp_path)  # the library refuses too, unless asked
+    (tmp_path / "data").mkdir()
+    with pytest.raises(OutputExistsError, match=r"holds folders \(data\)"):
+        save_pretrained(model, tmp_path, overwrite=True)
+    monkeypatch.chdir(tmp_path / "data")
+    (tmp_path / "data" / "x.txt").write_text("")
+    with pytest.raises(OutputExistsError, match="working directory"):
+        save_pretrained(model, ".", overwrite=True)
+    assert (tmp_path / "data" / "x.txt").is_file()
