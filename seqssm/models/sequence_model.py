@@ -11,6 +11,7 @@ from torch import nn
 from seqssm.blocks.stack import make_stack
 from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.layers import frozen_weights
+from seqssm.layers.base import check_steps, mask_outputs
 
 POOLINGS = ("mean", "last", "cls", None)
 
@@ -194,12 +195,14 @@ class SequenceModel(nn.Module):
             pooled = h[:, -1] if lengths is None else h[torch.arange(batch, device=x.device), lengths - 1]
         return self._head(pooled)
 
-    def scan(self, inputs: torch.Tensor, state=None, resets: torch.Tensor | None = None):
-        """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets (B, L) bool
-        -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
-        outputs "last" pooling would give at every position."""
-        h, state = self.backbone.scan(self.embed(inputs), state, resets)
-        return self._head(h), state
+    def scan(self, inputs: torch.Tensor, state=None, resets: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None):
+        """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets / mask (B, L)
+        bool -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
+        outputs "last" pooling would give at every position. Masked steps leave the state unchanged and output zeros."""
+        resets, mask = check_steps(inputs, resets, mask)
+        h, state = self.backbone.scan(self.embed(inputs), state, resets, mask)
+        return mask_outputs(mask, self._head(h)), state
 
     def step(self, input_t: torch.Tensor, state):
         """Causal models: one input (B,) ids or (B, d_input), state -> (head output (B, vocab_size or n_classes), state)."""
