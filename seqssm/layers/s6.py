@@ -85,8 +85,9 @@ class S6(ChannelsFirstLayer):
         """
         resets, mask = check_steps(u, resets, mask, time_dim=2)
         delta_bias, softplus = self.dt_proj.bias.float(), True
-        if mask is not None:
-            delta = F.softplus(delta.float() + delta_bias[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
+        if mask is not None:  # Δ itself, in the scan's compute dtype, zero on masked steps
+            compute = torch.promote_types(u.dtype, torch.float32)
+            delta = F.softplus(delta.to(compute) + delta_bias.to(compute)[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
             delta_bias, softplus = None, False
         y, last = selective_scan(
             u, delta, self.A, B, C, self.D.float(), delta_bias=delta_bias, delta_softplus=softplus,
