@@ -5,8 +5,8 @@
 Each tree is a directory holding a `seqssm` package. For every repeat and every shape the trees run
 one after the other, each in a fresh subprocess (PYTHONPATH = the tree) that times `--iters` calls
 after a warm-up, so that machine noise hits both alike; the JSON holds every run, the median per
-tree and the ratio of medians (second tree / first). Blocks: S6 and S4D Mamba blocks, float32,
-dropout 0, the same seed in both trees. Without --trees the current checkout is timed alone.
+tree and the ratio of medians (second tree / first). Blocks: S6 and S4D Mamba blocks (and a
+bidirectional S6 one, forward+backward only), float32, dropout 0, the same seed in both trees. Without --trees the current checkout is timed alone.
 """
 
 from __future__ import annotations
@@ -19,20 +19,21 @@ import subprocess
 import sys
 import time
 
-SHAPES = [  # (ssp, batch, length, d_model)
-    ("s6", 8, 256, 128),
-    ("s6", 2, 1024, 256),
-    ("s4d", 8, 256, 128),
+SHAPES = [  # (ssp, batch, length, d_model, bidirectional)
+    ("s6", 8, 256, 128, 0),
+    ("s6", 2, 1024, 256, 0),
+    ("s4d", 8, 256, 128, 0),
+    ("s6", 8, 256, 128, 1),
 ]
 
 
-def _child(ssp: str, batch: int, length: int, d_model: int, iters: int) -> dict:
+def _child(ssp: str, batch: int, length: int, d_model: int, bidirectional: int, iters: int) -> dict:
     import torch
 
     from seqssm.blocks import MambaBlock
 
     torch.manual_seed(0)
-    block = MambaBlock(d_model, ssp, d_state=16)
+    block = MambaBlock(d_model, ssp, d_state=16, bidirectional=bool(bidirectional))
     x = torch.randn(batch, length, d_model, requires_grad=True)
 
     def fwd_bwd():
@@ -44,7 +45,10 @@ def _child(ssp: str, batch: int, length: int, d_model: int, iters: int) -> dict:
 
     out = {}
     for name, fn in (("fwd_bwd", fwd_bwd), ("scan_no_grad", scan)):
+        if name == "scan_no_grad" and bidirectional:
+            continue  # a bidirectional block has no scan
         fn()  # warm-up
+        fn()
         start = time.perf_counter()
         for _ in range(iters):
             fn()
@@ -58,25 +62,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         ssp, *nums = args.child
         print(json.dumps(_child(ssp, *map(int, nums))))
         return
-    runs = {tree: {str(s): [] for s in SHAPES} for tree in args.trees}
+    runs = [{str(s): [] for s in SHAPES} for _ in args.trees]
+    script = os.path.abspath(__file__)
     for _ in range(args.repeats):
         for shape in SHAPES:
-            for tree in args.trees:
+            for i, tree in enumerate(args.trees):
                 env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-                cmd = [sys.executable, __file__, "--child", *map(str, shape), str(args.iters)]
+                cmd = [sys.executable, script, "--child", *map(str, shape), str(args.iters)]
                 result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd="/")
-                runs[tree][str(shape)].append(json.loads(result.stdout))
+                runs[i][str(shape)].append(json.loads(result.stdout))
     summary = []
     for shape in SHAPES:
-        row = {"ssp": shape[0], "batch": shape[1], "length": shape[2], "d_model": shape[3]}
+        row = {"ssp": shape[0], "batch": shape[1], "length": shape[2], "d_model": shape[3], "bidirectional": shape[4]}
         for metric in ("fwd_bwd", "scan_no_grad"):
-            medians = [statistics.median(r[metric] for r in runs[tree][str(shape)]) for tree in args.trees]
+            if metric not in runs[0][str(shape)][0]:
+                continue
+            medians = [statistics.median(r[metric] for r in tree_runs[str(shape)]) for tree_runs in runs]
             row[metric + "_median_s"] = medians
             if len(medians) == 2:
                 row[metric + "_ratio"] = medians[1] / medians[0]

@@ -40,11 +40,6 @@ def complex_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype in (torch.float64, torch.complex128) else torch.complex64
 
 
-def no_autocast(x: torch.Tensor):
-    """Context that turns autocast off on x's device, so SSM parameters stay in full precision."""
-    return torch.autocast(device_type=x.device.type, enabled=False)
-
-
 @contextlib.contextmanager
 def full_precision(x: torch.Tensor, *like: torch.Tensor):
     """`with full_precision(x, param) as dtype:` autocast off on x's device; dtype = `compute_dtype` of x and `like`.
@@ -52,7 +47,7 @@ def full_precision(x: torch.Tensor, *like: torch.Tensor):
     The recurrences of SSM layers drift in bf16 / fp16 over long sequences, so scan and step run in at
     least float32 whatever the caller's autocast or module dtype.
     """
-    with no_autocast(x):
+    with torch.autocast(device_type=x.device.type, enabled=False):
         yield compute_dtype(x.dtype, *(t.dtype for t in like))
 
 

@@ -35,8 +35,8 @@ class SequenceModel(nn.Module):
     classifier, forward -> (B, n_classes). With pooling None: per-token outputs (B, L, n_classes),
     or with no n_classes a language model, (B, L, vocab_size), with `generate`.
 
-    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d"
-    or "s4". Every constructor argument is in `config`, which `from_config` turns back into the model.
+    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d", "s4"
+    or any other layer of `seqssm.layers.LAYERS`. Every constructor argument is in `config`, which `from_config` turns back into the model.
     `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
     directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
     conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".
