@@ -20,18 +20,19 @@ import sys
 import time
 
 SHAPES = [  # (ssp, batch, length, d_model, bidirectional)
-    ("s6", 8, 256, 128, 0),
-    ("s6", 2, 1024, 256, 0),
-    ("s4d", 8, 256, 128, 0),
-    ("s6", 8, 256, 128, 1),
+    ("s6", 4, 256, 64, 0),
+    ("s6", 1, 1024, 128, 0),
+    ("s4d", 4, 256, 64, 0),
+    ("s6", 4, 256, 64, 1),
 ]
 
 
-def _child(ssp: str, batch: int, length: int, d_model: int, bidirectional: int, iters: int) -> dict:
+def _child(ssp: str, batch: int, length: int, d_model: int, bidirectional: int, iters: int, threads: int) -> dict:
     import torch
 
     from seqssm.blocks import MambaBlock
 
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     block = MambaBlock(d_model, ssp, d_state=16, bidirectional=bool(bidirectional))
     x = torch.randn(batch, length, d_model, requires_grad=True)
@@ -62,7 +63,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (1: least hurt by a busy machine)")
+    parser.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         ssp, *nums = args.child
@@ -74,7 +76,7 @@ def main() -> None:
         for shape in SHAPES:
             for i, tree in enumerate(args.trees):
                 env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-                cmd = [sys.executable, script, "--child", *map(str, shape), str(args.iters)]
+                cmd = [sys.executable, script, "--child", *map(str, shape), str(args.iters), str(args.threads)]
                 result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd="/")
                 runs[i][str(shape)].append(json.loads(result.stdout))
     summary = []
@@ -92,7 +94,7 @@ def main() -> None:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump({"trees": args.trees, "threads": os.cpu_count(), "summary": summary, "runs": runs}, f, indent=1)
+            json.dump({"trees": args.trees, "threads": args.threads, "summary": summary, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ class SequenceModel(nn.Module):
     or with no n_classes a language model, (B, L, vocab_size), with `generate`.
 
     block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d", "s4"
-    or any other layer of `seqssm.layers.LAYERS`. Every constructor argument is in `config`, which `from_config` turns back into the model.
+    or any other layer of `seqssm.layers.LAYERS`.
+    Every constructor argument is in `config`, which `from_config` turns back into the model.
     `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
     directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
     conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".

@@ -9,7 +9,8 @@ so the state returned is each sequence's state after its last valid step.
 
 Baselines of seed 002 section 5.1 by encoder kind: vssm (vSSM), kalman (vSSM+KF), kalman_u
 (vSSM+KF-u), mamba, gru, transformer (vTransformer); none gives the Memoryless agent, and the
-Oracle is `none` on an environment that shows the true state. s5, s6 and mingru are also offered.
+Oracle is `none` on an environment that shows the true state. Every other layer of
+`seqssm.layers.LAYERS` (s5, s6, mingru, ...) is offered by its name too.
 """
 
 from __future__ import annotations
