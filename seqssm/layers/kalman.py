@@ -37,13 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer,
-    check_steps,
-    compute_dtype,
-    full_precision,
-    mask_outputs,
-    mask_recurrence,
-    step_system,
+    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, mask_recurrence, step_system
 )
 from seqssm.ops.associative import associative_scan, mobius_compose
 from seqssm.ops.linear import linear_scan

@@ -22,14 +22,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer,
-    check_steps,
-    compute_dtype,
-    full_precision,
-    mask_outputs,
-    ssm_param,
-    step_system,
-    where_state,
+    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
 )
 from seqssm.layers.hippo import hippo_legs, log_dt_init
 from seqssm.ops.fftconv import fft_conv

@@ -15,14 +15,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer,
-    check_steps,
-    complex_dtype,
-    full_precision,
-    mask_outputs,
-    mask_recurrence,
-    ssm_param,
-    step_system,
+    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv

@@ -22,14 +22,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer,
-    check_steps,
-    complex_dtype,
-    full_precision,
-    mask_outputs,
-    mask_recurrence,
-    ssm_param,
-    step_system,
+    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import legs_nplr, log_dt_init
 from seqssm.ops.linear import linear_scan
