@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from seqssm.layers import S5
 from seqssm.models import SequenceModel, build, sample_next
 from seqssm.testing import check_layer_contract
 
@@ -173,9 +174,14 @@ def test_registry_defaults_and_names():
     assert build("simple-s4d", d_input=3, n_classes=10).config["d_state"] == 64
     assert build("mamba-s4d-bi", vocab_size=256, n_classes=2).config["bidirectional"]
     assert build("mamba-s6-rope", vocab_size=256).config["pooling"] is None
-    for bad in ("mamba-s5", "mamba-s6-bi-sm", "mamba-s6-xx", "simple-s4d-bi", "mamba-s4-sm"):
+    for bad in ("mamba-s7", "mamba-s6-bi-sm", "mamba-s6-xx", "simple-s4d-bi", "mamba-s4-sm"):
         with pytest.raises(ValueError):
             build(bad, vocab_size=4, n_classes=2)
+    with pytest.raises(ValueError, match="s4, s4d, s6, s5"):  # the error lists the registered layers
+        build("mamba-s7", vocab_size=4, n_classes=2)
+    # Any registered layer fills a block, by the same name it has for the RL cores.
+    assert isinstance(build("mamba-s5", vocab_size=4, n_classes=2, d_model=8, n_layers=1).backbone.layers[0]
+                      .branches[0].ssp, S5)
     assert build("mamba-s4-sm", vocab_size=4, n_classes=2, d_model=16, n_layers=1).config["d_model"] == 16
 
 

@@ -115,10 +115,10 @@ def test_bad_spaces_and_cores_are_named():
         ActorCritic(core, OBS, spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))))
     with pytest.raises(ValueError, match="flat observations.*make_env"):
         ActorCritic(core, spaces.Discrete(4), spaces.Discrete(2))
-    with pytest.raises(ValueError, match="unknown core layer 'lstm'"):
+    with pytest.raises(ValueError, match="unknown sequence layer 'lstm'; registered layers: .*mingru, gru"):
         build_core(CoreConfig(layer="lstm"))
-    with pytest.raises(ValueError, match="use block: residual"):
-        build_core(CoreConfig(layer="s5", block="mamba"))
+    with pytest.raises(ValueError, match="unknown core block 'lstm'"):
+        build_core(CoreConfig(layer="s5", block="lstm"))
     with pytest.raises(ValueError, match="causal"):
         ActorCritic(build("mamba-s6-bi", d_input=3, n_classes=2, d_model=8, n_layers=1), OBS, spaces.Discrete(2))
 

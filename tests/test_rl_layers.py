@@ -10,7 +10,8 @@ from seqssm.layers import S4, S4D, S6, frozen_weights
 from seqssm.layers.base import step_system
 from seqssm.layers.gru import GRU
 from seqssm.layers.hippo import hippo_legs, legs_nplr
-from seqssm.layers.kalman import KalmanLayer, associative_scan, vSSM
+from seqssm.layers.kalman import KalmanLayer, vSSM
+from seqssm.ops.associative import associative_scan
 from seqssm.layers.lssl import LSSL, LSSLf
 from seqssm.layers.mingru import MinGRU
 from seqssm.layers.s5 import S5, S5_SSM_LR_SCALE

@@ -5,23 +5,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer
-from seqssm.layers.s4 import S4
-from seqssm.layers.s4d import S4D
-from seqssm.layers.s6 import S6
-
-SSPS = ("s4", "s4d", "s6")
+from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.registry import build_layer
 
 
 def make_ssp(kind: str, d_model: int, d_state: int, dt_rank: int | None = None, **kwargs) -> nn.Module:
-    """A sequence primitive over d_model channels: "s4" (DPLR), "s4d" (diagonal) or "s6" (selective)."""
-    if kind == "s6":
-        return S6(d_model, d_state, dt_rank=dt_rank if dt_rank is not None else "auto", **kwargs)
-    if kind == "s4d":
-        return S4D(d_model, d_state, **kwargs)
-    if kind == "s4":
-        return S4(d_model, d_state, **kwargs)
-    raise ValueError(f"unknown SSP {kind!r}; choose one of {SSPS}")
+    """The sequence primitive (SSP) of a block: any layer of `seqssm.layers.LAYERS` by name ("s4" DPLR,
+    "s4d" diagonal, "s6" selective, ...) over d_model channels; dt_rank is S6's, None keeps its default."""
+    if dt_rank is not None:
+        kwargs["dt_rank"] = dt_rank
+    return build_layer(kind, d_model, d_state, **kwargs)
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:
@@ -52,7 +45,6 @@ class WrapperBlock(SequenceLayer):
     """A causal block around one inner sequence layer: y = _finish(x, inner(x)) in forward, scan and step
     alike, x (B, L, d) -> (B, L, d); the state is the inner layer's. Subclasses give `inner` and `_finish`."""
 
-    causal = True
     inner: nn.Module
 
     def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -62,9 +54,10 @@ class WrapperBlock(SequenceLayer):
         """x (B, L, d) -> (B, L, d); `lengths` is accepted for a uniform block interface (causal: unused)."""
         return self._finish(x, self.inner(x))
 
-    def scan(self, x, state=None, resets=None):
-        y, state = self.inner.scan(x, state, resets)
-        return self._finish(x, y), state
+    def scan(self, x, state=None, resets=None, mask=None):
+        resets, mask = check_steps(x, resets, mask)
+        y, state = self.inner.scan(x, state, resets, mask)
+        return mask_outputs(mask, self._finish(x, y)), state
 
     def step(self, x_t, state):
         y, state = self.inner.step(x_t, state)
@@ -74,14 +67,17 @@ class WrapperBlock(SequenceLayer):
         return self.inner.initial_state(batch_size, device=device, dtype=dtype)
 
 
-def flip_within_lengths(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+def flip_within_lengths(x: torch.Tensor, lengths: torch.Tensor | None, dim: int = 1) -> torch.Tensor:
     """Reverse each sequence of x (B, L, D) within its own length (B,); padding positions stay put.
 
-    Its own inverse. With lengths None the whole tensor is flipped.
+    Its own inverse. With lengths None the whole tensor is flipped. `dim` is the time dimension
+    (2 for channels-first (B, D, L)).
     """
     if lengths is None:
-        return x.flip(1)
-    t = torch.arange(x.shape[1], device=x.device)
+        return x.flip(dim)
+    t = torch.arange(x.shape[dim], device=x.device)
     lengths = lengths.to(x.device)
-    index = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
-    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+    index = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)  # (B, L)
+    shape = [1] * x.ndim
+    shape[0], shape[dim] = x.shape[0], x.shape[dim]
+    return x.gather(dim, index.view(shape).expand_as(x))

@@ -1,4 +1,8 @@
-"""The Mamba block (thesis 12.1, fig. 9) with any SSP, and its bidirectional and placebo forms (fig. 16)."""
+"""The Mamba block (thesis 12.1, fig. 9) with any SSP, and its bidirectional and placebo forms (fig. 16).
+
+Like mamba_ssm's `mamba_simple.Mamba`, the block switches to channels first, (B, d_inner, L), once after
+in_proj and back once before out_proj; the conv1d and the SSP in between read that layout.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,16 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_resets
+from seqssm.layers.base import ChannelsFirstLayer, NonCausalMixin, SequenceLayer, check_steps, mask_outputs
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
+from seqssm.ops.masked import masked_causal_conv1d
 
 
-class ConvSSPBranch(SequenceLayer):
-    """Causal depthwise conv1d (with bias) -> SiLU -> [RoPE ->] SSP over d_inner channels.
+class ConvSSPBranch(ChannelsFirstLayer):
+    """Causal depthwise conv1d (with bias) -> SiLU -> [RoPE ->] SSP over d_inner channels, channels first.
 
-    x (B, L, d_inner) -> (B, L, d_inner); state (conv state (B, d_inner, d_conv-1), SSP state).
+    x (B, d_inner, L) -> (B, d_inner, L) (`forward` / `scan`: (B, L, d_inner)); state (conv state
+    (B, d_inner, d_conv-1), SSP state). A masked step leaves the conv window unchanged too.
     """
 
     def __init__(
@@ -39,16 +45,15 @@ class ConvSSPBranch(SequenceLayer):
         layer = make_ssp(ssp, d_inner, d_state, dt_rank=dt_rank, **(ssp_kwargs or {}))
         self.ssp = layer if rope is None else RotarySSP(layer, **rope)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = causal_conv1d(x.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias)
-        return self.ssp(F.silu(h).transpose(1, 2))
+    def forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
+        h = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias)
+        return self.ssp.forward_channels_first(F.silu(h))
 
-    def scan(self, x, state=None, resets=None):
+    def scan_channels_first(self, x, state=None, resets=None, mask=None):
+        resets, mask = check_steps(x, resets, mask, time_dim=2)
         conv_state, ssp_state = (None, None) if state is None else state
-        h, conv_state = causal_conv1d(
-            x.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, return_final_state=True
-        )
-        y, ssp_state = self.ssp.scan(F.silu(h).transpose(1, 2), ssp_state, resets)
+        h, conv_state = masked_causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, mask)
+        y, ssp_state = self.ssp.scan_channels_first(F.silu(h), ssp_state, resets, mask)
         return y, (conv_state, ssp_state)
 
     def step(self, x_t, state):
@@ -114,25 +119,32 @@ class MambaBlock(SequenceLayer):
     def causal(self) -> bool:
         return not self.bidirectional
 
-    def _split(self, x):
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., d_model) -> in_proj(norm(x)) (..., 2 d_inner): the SSP input and the gate z."""
         # The norm reads the residual stream in its own dtype (float32 stream, lower-precision weights).
-        return self.in_proj(self.norm(x.to(self.norm.weight.dtype))).chunk(2, dim=-1)
+        return self.in_proj(self.norm(x.to(self.norm.weight.dtype)))
 
-    def _finish(self, residual, y, z):
-        out = self.out_proj(self.dropout(y) * F.silu(z))
+    def _channels_first(self, x: torch.Tensor):
+        """x (B, L, d_model) -> SSP input, gate z, each (B, d_inner, L): the block's one switch of layout."""
+        return self._project(x).transpose(1, 2).chunk(2, dim=1)
+
+    def _finish(self, residual: torch.Tensor, gated: torch.Tensor) -> torch.Tensor:
+        """residual (..., d_model) + out_proj(dropout(gated)), gated = SSP output * SiLU(z) (..., d_inner)."""
+        out = self.out_proj(self.dropout(gated))  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
         if self.residual_in_fp32:
             residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
         return residual + out
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) of right-padded sequences (used by the reverse branch) -> (B, L, d_model)."""
-        xi, z = self._split(x)
+        xi, z = self._channels_first(x)
         if self.bidirectional:
             forward, backward = self.branches
-            y = forward(xi) + flip_within_lengths(backward(flip_within_lengths(xi, lengths)), lengths)
+            flipped = backward.forward_channels_first(flip_within_lengths(xi, lengths, dim=2))
+            y = forward.forward_channels_first(xi) + flip_within_lengths(flipped, lengths, dim=2)
         else:
-            y = sum(branch(xi) for branch in self.branches)
-        return self._finish(x, y, z)
+            y = sum(branch.forward_channels_first(xi) for branch in self.branches)
+        return self._finish(x, (y * F.silu(z)).transpose(1, 2))
 
     def _states(self, state):
         return (None,) * len(self.branches) if state is None else (state,) if len(self.branches) == 1 else state
@@ -140,20 +152,23 @@ class MambaBlock(SequenceLayer):
     def _pack(self, states):
         return states[0] if len(states) == 1 else tuple(states)
 
-    def scan(self, x, state=None, resets=None):
+    def scan(self, x, state=None, resets=None, mask=None):
+        """x (B, L, d_model), state or None, resets / mask (B, L) -> (y (B, L, d_model), state)."""
         if self.bidirectional:
             return NonCausalMixin.scan(self)
-        resets = check_resets(resets, x.shape[0], x.shape[1])
-        xi, z = self._split(x)
-        outs = [branch.scan(xi, s, resets) for branch, s in zip(self.branches, self._states(state))]
-        return self._finish(x, sum(o[0] for o in outs), z), self._pack([o[1] for o in outs])
+        resets, mask = check_steps(x, resets, mask)
+        xi, z = self._channels_first(x)
+        outs = [branch.scan_channels_first(xi, s, resets, mask) for branch, s in zip(self.branches, self._states(state))]
+        y = sum(o[0] for o in outs)
+        return mask_outputs(mask, self._finish(x, (y * F.silu(z)).transpose(1, 2))), self._pack([o[1] for o in outs])
 
     def step(self, x_t, state):
+        """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
         if self.bidirectional:
             return NonCausalMixin.scan(self)  # (its step calls self.scan(), whose signature differs here)
-        xi, z = self._split(x_t)
+        xi, z = self._project(x_t).chunk(2, dim=-1)
         outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
-        return self._finish(x_t, sum(o[0] for o in outs), z), self._pack([o[1] for o in outs])
+        return self._finish(x_t, sum(o[0] for o in outs) * F.silu(z)), self._pack([o[1] for o in outs])
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if self.bidirectional:

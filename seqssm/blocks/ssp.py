@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_resets
+from seqssm.layers.base import SequenceLayer, check_steps
 from seqssm.layers.rope import RoPE, rope_positions
 from seqssm.layers.s6 import S6
-from seqssm.ops.selective import selective_scan, selective_step
 
 ROPE_TARGETS = ("x", "B", "C", "delta")
 
@@ -55,27 +54,29 @@ class RotarySSP(SequenceLayer):
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         """(SSP zero state, zero positions (batch_size,) long)."""
+        device = device or self.rope.theta.device
         inner = self.layer.initial_state(batch_size, device=device, dtype=dtype)
-        return inner, torch.zeros(batch_size, dtype=torch.long, device=inner.device)
+        return inner, torch.zeros(batch_size, dtype=torch.long, device=device)
 
-    def scan(self, x, state=None, resets=None):
+    def scan(self, x, state=None, resets=None, mask=None):
+        """x (B, L, D), state or None, resets / mask (B, L) -> (y (B, L, D), (SSP state, next position)).
+
+        Positions count valid steps only: a masked step neither moves the position nor sees RoPE's effect.
+        """
+        resets, mask = check_steps(x, resets, mask)
         batch, length, _ = x.shape
-        resets = check_resets(resets, batch, length)
         inner, start = (None, torch.zeros(batch, dtype=torch.long, device=x.device)) if state is None else state
-        pos = rope_positions(start, length, resets)
+        pos = rope_positions(start, length, resets, mask)
         xr = self.rope(x, pos)
         if not self._split:
-            y, inner = self.layer.scan(xr, inner, resets)
+            y, inner = self.layer.scan(xr, inner, resets, mask)
         else:
-            u, delta, B, C = self._s6_inputs(x, xr)
-            s6 = self.layer
-            y, inner = selective_scan(
-                u.transpose(1, 2), delta.transpose(1, 2), s6.A, B.transpose(1, 2), C.transpose(1, 2), s6.D.float(),
-                delta_bias=s6.dt_proj.bias.float(), delta_softplus=True, return_last_state=True,
-                initial_state=inner, resets=resets, backend=s6.backend,
-            )
+            u, delta, B, C = (t.transpose(1, 2) for t in self._s6_inputs(x, xr))
+            y, inner = self.layer.scan_projected(u, delta, B, C, inner, resets, mask)
             y = y.transpose(1, 2)
-        return y, (inner, pos[:, -1] + 1 if length else start)
+        if not length:
+            return y, (inner, start)
+        return y, (inner, pos[:, -1] + (1 if mask is None else mask[:, -1].long()))
 
     def step(self, x_t, state):
         inner, pos = state
@@ -83,9 +84,5 @@ class RotarySSP(SequenceLayer):
         if not self._split:
             y, inner = self.layer.step(xr, inner)
         else:
-            u, delta, B, C = self._s6_inputs(x_t, xr)
-            s6 = self.layer
-            y, inner = selective_step(
-                inner, u, delta, s6.A, B, C, s6.D.float(), delta_bias=s6.dt_proj.bias.float(), delta_softplus=True
-            )
+            y, inner = self.layer.step_projected(*self._s6_inputs(x_t, xr), inner)
         return y, (inner, pos + 1)

@@ -8,13 +8,16 @@ from torch import nn
 from seqssm.blocks.common import make_norm
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.simple import SimpleBlock
-from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_resets
+from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_steps, mask_outputs
 
 BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock}
 
 
 class BlockStack(SequenceLayer):
-    """layers then norm_f: x (B, L, d_model) -> (B, L, d_model); state: a tuple with one state per block."""
+    """layers then norm_f: x (B, L, d_model) -> (B, L, d_model); state: a tuple with one state per block.
+
+    The layers are blocks (Mamba, Simple, ...) or bare sequence layers: anything with the layer contract.
+    """
 
     def __init__(self, layers: list[nn.Module], norm_f: nn.Module):
         super().__init__()
@@ -33,19 +36,19 @@ class BlockStack(SequenceLayer):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) for right-padded batches (only bidirectional blocks need them)."""
         for layer in self.layers:
-            x = layer(x, lengths=lengths)
+            x = layer(x) if layer.causal else layer(x, lengths=lengths)
         return self._final(x)
 
-    def scan(self, x, state=None, resets=None):
-        """x (B, L, d_model), state (tuple per block, or None) -> (y (B, L, d_model), state)."""
+    def scan(self, x, state=None, resets=None, mask=None):
+        """x (B, L, d_model), state (tuple per block, or None), resets / mask (B, L) -> (y (B, L, d_model), state)."""
         if not self.causal:
             return NonCausalMixin.scan(self)
-        resets = check_resets(resets, x.shape[0], x.shape[1])
+        resets, mask = check_steps(x, resets, mask)
         states = []
         for layer, s in zip(self.layers, (None,) * len(self.layers) if state is None else state):
-            x, s = layer.scan(x, s, resets)
+            x, s = layer.scan(x, s, resets, mask)
             states.append(s)
-        return self._final(x), tuple(states)
+        return mask_outputs(mask, self._final(x)), tuple(states)
 
     def step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""

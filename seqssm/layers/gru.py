@@ -1,4 +1,5 @@
-"""The GRU baseline (seed 000 section 4.1.3, seed 002 appendix B): torch's own `nn.GRU` behind the layer contract.
+"""The GRU baseline (van Gelooven 2025 thesis, 4.1.3; "Uncertainty Representations in State-Space Layers for
+Deep RL under Partial Observability", appendix B): torch's own `nn.GRU` behind the layer contract.
 
 A GRU's state update is nonlinear, so resets and masks cannot be folded into a scan. `scan` cuts
 the sequence where any sequence of the batch resets or changes mask, and runs `nn.GRU` (cuDNN on
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs
+from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs, where_state
 
 
 class GRU(SequenceLayer):
@@ -30,11 +31,9 @@ class GRU(SequenceLayer):
 
         Masked steps leave the state unchanged and output zeros.
         """
+        resets, mask = check_steps(x, resets, mask)
         batch, length, _ = x.shape
-        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
         h = self.initial_state(batch, x.device, x.dtype) if state is None else state
-        if resets is not None and mask is not None:
-            resets = resets & mask  # a padded step must not clear the state
         # A piece starts wherever some sequence resets or its mask flips; inside a piece every
         # sequence either runs all steps or skips all of them, so one nn.GRU call serves it.
         change = torch.zeros(length, dtype=torch.bool, device=x.device)
@@ -51,7 +50,7 @@ class GRU(SequenceLayer):
             out, h_new = self.gru(x[:, s:e], h.unsqueeze(0).contiguous())
             h_new = h_new.squeeze(0)
             if mask is not None:
-                h_new = torch.where(mask[:, s, None], h_new, h)
+                h_new = where_state(mask[:, s], h_new, h)
             outs.append(out)
             h = h_new
         y = self.out_proj(torch.cat(outs, dim=1))

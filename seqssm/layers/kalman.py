@@ -1,4 +1,5 @@
-"""Kalman filter layer and vSSM (seed 002 sections 4.2, 4.3 and appendix B).
+"""Kalman filter layer, vSSM and KF-u ("Uncertainty Representations in State-Space Layers for Deep RL under
+Partial Observability", sections 4.2, 4.3, 5.1 and appendix B).
 
 The input x_t is projected to a control input u_t, an observation w_t and a diagonal observation
 noise r_t = softplus(.) > 0, all of size N. The latent model is diagonal with C = I:
@@ -16,7 +17,7 @@ the update step removed: m_t = ā m_{t-1} + b̄ u_t (no w, r or P; its state is 
 Parallel formulation (why this one): everything is elementwise, so the filter splits into two
 scans. (1) The variance does not depend on the means: P_t = r_t (ā² P_{t-1} + q) / (ā² P_{t-1} + q + r_t)
 is a Möbius map of P_{t-1}, i.e. the 2x2 matrix M_t = [[r ā², r q], [ā², q + r]] acting on
-homogeneous coordinates, and maps compose by matrix products, which `associative_scan` runs
+homogeneous coordinates, and maps compose by matrix products, which `ops.associative_scan` runs
 in O(log L) depth. All entries are >= 0, so the products have no cancellation; they are rescaled
 to unit sum after each product (a Möbius map ignores scale) so long sequences cannot overflow.
 (2) Given the variances, the mean is linear: m_t = (1 - K_t) ā m_{t-1} + (1 - K_t) b̄ u_t + K_t w_t,
@@ -25,8 +26,8 @@ quantities per element to cover non-diagonal models; the Möbius + linear split 
 reuses the resettable `linear_scan` with its recomputation-free backward for the mean.
 
 Resets put the belief back to N(0, init_var): the Möbius element of a reset step is M_t composed
-with the constant map P -> init_var (matrix [[0, init_var], [0, 1]]). Masked steps (seed 002
-section 4.3) are the identity map for P and pass-through (a = 1, b = 0) for m.
+with the constant map P -> init_var (matrix [[0, init_var], [0, 1]]). Masked steps (section 4.3)
+are the identity map for P and pass-through (a = 1, b = 0) for m.
 """
 
 from __future__ import annotations
@@ -35,52 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence, step_system
-from seqssm.layers.s4d import compute_dtype, no_autocast
+from seqssm.layers.base import (
+    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, mask_recurrence, step_system
+)
+from seqssm.ops.associative import associative_scan, mobius_compose
 from seqssm.ops.linear import linear_scan
 from seqssm.ops.ssm_kernels import discretize_diag
-
-Elems = tuple[torch.Tensor, ...]
-
-
-def _interleave(even: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
-    """Along dim 1: e0, o0, e1, o1, ... with len(even) - len(odd) in {0, 1}."""
-    n = odd.shape[1]
-    out = torch.stack([even[:, :n], odd], dim=2).flatten(1, 2)
-    return torch.cat([out, even[:, n:]], dim=1)
-
-
-def associative_scan(combine, elems: Elems) -> Elems:
-    """Inclusive scan along dim 1 of a tuple of (B, L, ...) tensors under an associative `combine(earlier, later)`.
-
-    The odd-even recursion (Blelloch / jax.lax.associative_scan): combine neighbouring pairs, scan
-    the half-length sequence, then fill in the even positions. O(L) work, O(log L) depth.
-    """
-    length = elems[0].shape[1]
-    if length < 2:
-        return elems
-    even = tuple(e[:, 0::2] for e in elems)
-    odd = tuple(e[:, 1::2] for e in elems)
-    n_odd = odd[0].shape[1]
-    odd_scanned = associative_scan(combine, combine(tuple(e[:, :n_odd] for e in even), odd))
-    n_rest = even[0].shape[1] - 1  # even positions 2, 4, ...: prefix up to 2k - 1 composed with element 2k
-    rest = combine(tuple(o[:, :n_rest] for o in odd_scanned), tuple(e[:, 1:] for e in even))
-    even_scanned = tuple(torch.cat([e[:, :1], r], dim=1) for e, r in zip(even, rest))
-    return tuple(_interleave(e, o) for e, o in zip(even_scanned, odd_scanned))
-
-
-def mobius_compose(first: Elems, then: Elems) -> Elems:
-    """The map `then ∘ first` of Möbius maps P -> (a P + b) / (c P + d) given as entries (a, b, c, d) >= 0.
-
-    The product is rescaled to unit entry sum, which leaves the map unchanged and keeps long
-    products in range; the sum is positive because no map here is the zero matrix.
-    """
-    a1, b1, c1, d1 = first
-    a2, b2, c2, d2 = then
-    out = (a2 * a1 + b2 * c1, a2 * b1 + b2 * d1, c2 * a1 + d2 * c1, c2 * b1 + d2 * d1)
-    total = out[0] + out[1] + out[2] + out[3]
-    return tuple(e / total for e in out)
-
 
 class KalmanLayer(SequenceLayer):
     """Kalman filter layer: x (B, L, d_model) -> y (B, L, d_model); state (mean, variance), each (B, d_state).
@@ -130,16 +91,15 @@ class KalmanLayer(SequenceLayer):
 
         Masked steps leave the belief unchanged and output zeros.
         """
-        batch, length, _ = x.shape
-        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
+        resets, mask = check_steps(x, resets, mask)
         dtype = compute_dtype(x.dtype, self.B.dtype)
+        signals = self.project(x, dtype)  # under the caller's autocast, like any projection
         if state is None:
-            state = self.initial_state(batch, x.device, dtype)
-        signals = self.project(x, dtype)
-        with no_autocast(x):
+            state = self.initial_state(x.shape[0], x.device, dtype)
+        with full_precision(x, self.B):
             dA, dB, q = self.discrete(dtype)
             if not self.update:
-                a, b, resets = mask_recurrence(mask, dA, dB * signals[0], resets)
+                a, b = mask_recurrence(mask, dA, dB * signals[0])
                 means = linear_scan(a, b, initial_state=state.to(dtype), resets=resets, backend=self.backend)
                 final = means[:, -1]
             else:
@@ -156,8 +116,6 @@ class KalmanLayer(SequenceLayer):
         # M_t = [[r ā², r q], [ā², q + r]] acting on P_(t-1).
         M = (r * a2, r * q, a2 * ones, q + r)
         if resets is not None:
-            if mask is not None:
-                resets = resets & mask  # a padded step must not clear the belief
             # M_t ∘ (P -> init_var) = M_t [[0, init_var], [0, 1]]: a constant map, column 1 zero.
             keep = ~resets.unsqueeze(-1)
             M = (
@@ -178,7 +136,7 @@ class KalmanLayer(SequenceLayer):
         prior = a2 * P_prev + q
         innov = prior + r
         # 1 - K = r / (P⁻ + r) directly, not 1 - K, which loses r's digits when P⁻ >> r.
-        a, b, resets = mask_recurrence(mask, r / innov * dA, (r * dB * u + prior * w) / innov, resets)
+        a, b = mask_recurrence(mask, r / innov * dA, (r * dB * u + prior * w) / innov)
         means = linear_scan(a, b, initial_state=m0, resets=resets, backend=self.backend)
         return means, (means[:, -1], P[:, -1])
 
@@ -186,7 +144,7 @@ class KalmanLayer(SequenceLayer):
         """x_t (B, d_model), state -> (y_t (B, d_model), next state): one predict (and update) step."""
         dtype = compute_dtype(x_t.dtype, self.B.dtype)
         signals = self.project(x_t, dtype)
-        with no_autocast(x_t):
+        with full_precision(x_t, self.B):
             dA, dB, q = step_system(self, self.discrete, dtype)
             if not self.update:
                 m = dA * state.to(dtype) + dB * signals[0]
@@ -208,8 +166,24 @@ class KalmanLayer(SequenceLayer):
         return (mean, torch.full_like(mean, self.init_var)) if self.update else mean
 
 
-class vSSM(KalmanLayer):  # noqa: N801 - the seed's name
+class vSSM(KalmanLayer):  # noqa: N801 - the paper's name
     """Real diagonal SSM, the Kalman layer without its update step: x (B, L, d_model) -> y; state (B, d_state)."""
 
     def __init__(self, d_model: int, d_state: int = 64, dt_init: float = -7.0, backend: str = "auto"):
         super().__init__(d_model, d_state, dt_init=dt_init, update=False, backend=backend)
+
+
+class KalmanNoInput(KalmanLayer):
+    """The Kalman layer without control input u (vSSM+KF-u of "Uncertainty Representations in State-Space
+    Layers for Deep RL under Partial Observability", section 5.1): only w and r are projected.
+    x (B, L, d_model) -> y (B, L, d_model); state (mean, variance), each (B, d_state)."""
+
+    def __init__(self, d_model: int, d_state: int = 64, **kwargs):
+        super().__init__(d_model, d_state, **kwargs)
+        self.in_proj = nn.Linear(d_model, 2 * d_state)
+        self.B.requires_grad_(False)  # it only ever multiplies u = 0
+
+    def project(self, x: torch.Tensor, dtype: torch.dtype):
+        """x (..., d_model) -> u = 0, w, r > 0, each (..., N)."""
+        w, r = self.in_proj(x).to(dtype).chunk(2, dim=-1)
+        return torch.zeros_like(w), w, F.softplus(r)

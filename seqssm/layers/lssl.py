@@ -1,4 +1,4 @@
-"""LSSL and LSSLf (Gu et al. 2021; seed 000 section 2.1.2 and appendix A.1.1): dense HiPPO-LegS SSMs.
+"""LSSL and LSSLf (Gu et al. 2021; van Gelooven 2025 thesis, 2.1.2 and appendix A.1.1): dense HiPPO-LegS SSMs.
 
 Each of the H channels is a SISO system with a dense state of size N sharing one A (N, N) and
 B (N), both HiPPO-LegS at init, with its own step Δ_h (log-uniform in [dt_min, dt_max]), C_h (N)
@@ -7,12 +7,12 @@ and D_h. The generalised bilinear transform with α = 1/2 (the bilinear transfor
 B̄_h = Δ_h (I - Δ_h/2 A)^{-1} B.
 
 Without resets or mask the layer is a convolution with the Krylov kernel K_j = C Ā^j B̄
-(seed 000 eq. 2.8), computed by repeated squaring; a carried state adds its free response
+(van Gelooven 2025, eq. 2.8), computed by repeated squaring; a carried state adds its free response
 C Ā^(t+1) h_0. With resets or a mask `scan` runs the dense recurrence step by step, which the
-seed notes the Krylov form cannot express (section 2.2.3); like S4's, it is correct, not fast.
+thesis notes the Krylov form cannot express (section 2.2.3); like S4's, it is correct, not fast.
 
 LSSL learns A, B and Δ (tagged for 0.1x learning rate, no weight decay) besides C and D.
-LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in the seed (section 2.1.2: "fixes
+LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in the thesis (section 2.1.2: "fixes
 the state matrix A, input matrix B and sampling time Δt").
 """
 
@@ -21,21 +21,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, step_system
+from seqssm.layers.base import (
+    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+)
 from seqssm.layers.hippo import hippo_legs, log_dt_init
-from seqssm.layers.s4d import compute_dtype, no_autocast, ssm_param
 from seqssm.ops.fftconv import fft_conv
+from seqssm.ops.krylov import krylov
 from seqssm.ops.ssm_kernels import discretize_dense
-
-
-def krylov(A: torch.Tensor, v: torch.Tensor, L: int) -> torch.Tensor:
-    """Rows A^j v for j < L: A (..., N, N), v (..., N) -> (..., L, N), by repeated squaring (log2 L matmuls)."""
-    K, power = v.unsqueeze(-2), A
-    while K.shape[-2] < L:
-        K = torch.cat([K, K @ power.mT], dim=-2)  # rows A^(m + j) v = A^m (A^j v), m = current length
-        if K.shape[-2] < L:
-            power = power @ power
-    return K[..., :L, :]
 
 
 class LSSL(SequenceLayer):
@@ -70,10 +62,9 @@ class LSSL(SequenceLayer):
 
         Masked steps leave the state unchanged and output zeros.
         """
+        resets, mask = check_steps(x, resets, mask)
         batch, L, _ = x.shape
-        resets, mask = check_resets(resets, batch, L), check_mask(mask, batch, L)
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
+        with full_precision(x, self.D) as dtype:
             dA, dB, C = self.discrete(dtype)
             u, D = x.to(dtype), self.D.to(dtype)
             h0 = None if state is None else state.to(dtype)
@@ -87,14 +78,12 @@ class LSSL(SequenceLayer):
                     h = h + torch.einsum("hnm,bhm->bhn", torch.linalg.matrix_power(dA, L), h0)
                 return y.to(x.dtype), h
             h = torch.zeros(batch, self.d_model, self.d_state, dtype=dtype, device=x.device) if h0 is None else h0
-            if resets is not None and mask is not None:
-                resets = resets & mask  # a padded step must not clear the state
             ys = []
             for t in range(L):
                 if resets is not None:
                     h = h.masked_fill(resets[:, t, None, None], 0)
                 y_t, h_t = self._step(dA, dB, C, D, u[:, t], h)
-                h = h_t if mask is None else torch.where(mask[:, t, None, None], h_t, h)
+                h = h_t if mask is None else where_state(mask[:, t], h_t, h)
                 ys.append(y_t)
             y = mask_outputs(mask, torch.stack(ys, dim=1))
         return y.to(x.dtype), h
@@ -108,8 +97,7 @@ class LSSL(SequenceLayer):
 
     def step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
-        dtype = compute_dtype(x_t.dtype, self.D.dtype)
-        with no_autocast(x_t):
+        with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.discrete, dtype)
             y, h = self._step(dA, dB, C, self.D.to(dtype), x_t.to(dtype), state.to(dtype))
         return y.to(x_t.dtype), h

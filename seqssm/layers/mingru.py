@@ -1,4 +1,4 @@
-"""minGRU (Feng et al. 2024; seed 000 section 2.1.7): a GRU whose gate and candidate see only the input.
+"""minGRU (Feng et al. 2024; van Gelooven 2025 thesis, 2.1.7): a GRU whose gate and candidate see only the input.
 
     z_t = σ(W_z x_t),  h̃_t = W_h x_t,  h_t = (1 - z_t) h_{t-1} + z_t h̃_t
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence
-from seqssm.layers.s4d import compute_dtype
+from seqssm.layers.base import SequenceLayer, check_steps, compute_dtype, mask_outputs, mask_recurrence
 from seqssm.ops.linear import linear_scan
 
 
@@ -37,10 +36,8 @@ class MinGRU(SequenceLayer):
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) -> (y (B, L, d_model), final state)."""
-        batch, length, _ = x.shape
-        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
-        a, b = self._gates(x)
-        a, b, resets = mask_recurrence(mask, a, b, resets)
+        resets, mask = check_steps(x, resets, mask)
+        a, b = mask_recurrence(mask, *self._gates(x))
         h = linear_scan(a, b, initial_state=state, resets=resets, backend=self.backend)
         return mask_outputs(mask, self.out_proj(h)), h[:, -1]
 

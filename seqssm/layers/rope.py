@@ -17,13 +17,17 @@ import torch
 from torch import nn
 
 
-def rope_positions(start: torch.Tensor, length: int, resets: torch.Tensor | None = None) -> torch.Tensor:
-    """Token positions (B, L) long: start (B,) + t, restarting from 0 at every reset (resets (B, L) bool)."""
+def rope_positions(start: torch.Tensor, length: int, resets: torch.Tensor | None = None,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Token positions (B, L) long: start (B,) + the number of valid steps before t, restarting from 0 at every
+    reset (resets (B, L) bool). Masked steps (mask (B, L) False) do not count, so padding moves no position."""
     t = torch.arange(length, device=start.device)
-    pos = start[:, None] + t
+    valid = None if mask is None else mask.long()
+    before = t.expand(start.shape[0], -1) if valid is None else valid.cumsum(1) - valid
+    pos = start[:, None] + before
     if resets is not None:
         last = torch.where(resets, t, torch.full_like(t, -1)).cummax(dim=1).values
-        pos = torch.where(last >= 0, t - last, pos)
+        pos = torch.where(last >= 0, before - before.gather(1, last.clamp(min=0)), pos)
     return pos
 
 

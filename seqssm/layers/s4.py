@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from seqssm.layers.base import check_resets, step_system
+from seqssm.layers.base import check_steps, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
 from seqssm.layers.hippo import s4_init
-from seqssm.layers.s4d import ConvolutionalSSM, compute_dtype, diagonal_A, init_diagonal_ssm, no_autocast, ssm_param
+from seqssm.layers.s4d import ConvolutionalSSM, diagonal_A, init_diagonal_ssm
 from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
 
 
@@ -56,28 +56,27 @@ class S4(ConvolutionalSSM):
         C_tilde = C_r - (C_r.unsqueeze(-2) @ torch.linalg.matrix_power(dA, L)).squeeze(-2)
         return dplr_kernel(Lambda, P, B, real_to_half(C_tilde), dt, L)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
-        """x (B, L, H), state (B, H, N) or None, resets (B, L) -> (y (B, L, H), final state): the dense recurrence."""
-        batch, L, _ = x.shape
-        resets = check_resets(resets, batch, L)
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """x (B, L, H), state (B, H, N) or None, resets / mask (B, L) -> (y (B, L, H), final state): the dense
+        recurrence, one step at a time (correct, not fast: the convolution has no carried state)."""
+        resets, mask = check_steps(x, resets, mask)
+        with full_precision(x, self.D) as dtype:
             dA, dB, C = self.dense(dtype)
             u = x.to(dtype)
-            h = self.initial_state(batch, x.device, dtype) if state is None else state.to(dtype)
+            h = self.initial_state(x.shape[0], x.device, dtype) if state is None else state.to(dtype)
             ys = []
-            for t in range(L):
+            for t in range(x.shape[1]):
                 if resets is not None:
                     h = h * (~resets[:, t]).to(dtype)[:, None, None]
-                h = torch.einsum("hmn,bhn->bhm", dA, h) + dB * u[:, t, :, None]
+                h_t = torch.einsum("hmn,bhn->bhm", dA, h) + dB * u[:, t, :, None]
+                h = h_t if mask is None else where_state(mask[:, t], h_t, h)
                 ys.append((h * C).sum(-1))
-            y = torch.stack(ys, 1) + self.D.to(dtype) * u
+            y = mask_outputs(mask, torch.stack(ys, 1) + self.D.to(dtype) * u)
         return y.to(x.dtype), h
 
     def step(self, x_t: torch.Tensor, state):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
-        dtype = compute_dtype(x_t.dtype, self.D.dtype)
-        with no_autocast(x_t):
+        with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.dense, dtype)
             u = x_t.to(dtype)
             h = torch.einsum("hmn,bhn->bhm", dA, state.to(dtype)) + dB * u.unsqueeze(-1)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_resets, step_system
+from seqssm.layers.base import (
+    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+)
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.linear import linear_scan
@@ -25,12 +27,6 @@ from seqssm.ops.ssm_kernels import (
     vandermonde_product,
     vandermonde_transpose_product,
 )
-from seqssm.optim import tag_param
-
-
-def ssm_param(value: torch.Tensor) -> nn.Parameter:
-    """An SSM parameter (A, B, C, Δ), tagged for 0.1x learning rate and no weight decay."""
-    return tag_param(nn.Parameter(value.contiguous()))
 
 
 def init_diagonal_ssm(layer: nn.Module, A: torch.Tensor, B: torch.Tensor, dt_min: float, dt_max: float) -> None:
@@ -50,32 +46,13 @@ def diagonal_A(layer: nn.Module, dtype: torch.dtype) -> torch.Tensor:
     return torch.complex(-torch.exp(layer.log_A_real.to(dtype)), layer.A_imag.to(dtype))
 
 
-def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
-    """The real dtype SSM numerics run in: the promotion of `dtypes`, at least float32."""
-    out = torch.float32
-    for d in dtypes:
-        out = torch.promote_types(out, d.to_real() if d.is_complex else d)
-    return out
-
-
-def complex_dtype(dtype: torch.dtype) -> torch.dtype:
-    """complex128 for float64 (or complex128), else complex64."""
-    return torch.complex128 if dtype in (torch.float64, torch.complex128) else torch.complex64
-
-
-def no_autocast(x: torch.Tensor):
-    """Context that turns autocast off on x's device, so SSM parameters stay in full precision."""
-    return torch.autocast(device_type=x.device.type, enabled=False)
-
-
 class ConvolutionalSSM(SequenceLayer):
     """Base of S4 and S4D: trains as one FFT convolution with the kernel of its current parameters.
     Subclasses give `kernel(L, dtype)` -> (H, L), the feedthrough `D` (H,), and scan / step."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
+        with full_precision(x, self.D) as dtype:
             y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
         return y.to(x.dtype)
 
@@ -118,20 +95,19 @@ class S4D(ConvolutionalSSM):
         log_dA, dB, C = self.discrete(dtype)
         return s4d_kernel(C, dB, log_dA, L)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None):
-        """x (B, L, H), state (B, H, N/2) complex or None, resets (B, L) -> (y (B, L, H), final state).
+    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+        """x (B, L, H), state (B, H, N/2) complex or None, resets / mask (B, L) -> (y (B, L, H), final state).
 
-        Without resets this is the FFT convolution plus the response to `state`, both
-        Vandermonde products; with resets it is the recurrence through `linear_scan`.
+        Without resets or mask this is the FFT convolution plus the response to `state`, both
+        Vandermonde products; with either it is the recurrence through `linear_scan`.
         """
-        batch, L, _ = x.shape
-        resets = check_resets(resets, batch, L)
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
+        resets, mask = check_steps(x, resets, mask)
+        L = x.shape[1]
+        with full_precision(x, self.D) as dtype:
             log_dA, dB, C = self.discrete(dtype)
             u = x.to(dtype)
             h0 = None if state is None else state.to(log_dA.dtype)
-            if resets is None:
+            if resets is None and mask is None:
                 y = fft_conv(u, s4d_kernel(C, dB, log_dA, L), self.D.to(dtype))
                 # h_L = Σ_j Ā^(L-1-j) B̄ x_j (+ Ā^L h_0); y_t gains 2 Re C Ā^(t+1) h_0.
                 u_rev = u.flip(1).transpose(1, 2).to(log_dA.dtype)
@@ -140,15 +116,14 @@ class S4D(ConvolutionalSSM):
                     y = y + 2 * vandermonde_product(C * torch.exp(log_dA) * h0, log_dA, L).real.transpose(1, 2)
                     h = h + torch.exp(L * log_dA) * h0
                 return y.to(x.dtype), h
-            b = dB * u.unsqueeze(-1)
-            hs = linear_scan(torch.exp(log_dA), b, initial_state=h0, resets=resets)
-            y = 2 * torch.einsum("blhn,hn->blh", hs, C).real + self.D.to(dtype) * u
+            a, b = mask_recurrence(mask, torch.exp(log_dA), dB * u.unsqueeze(-1))
+            hs = linear_scan(a, b, initial_state=h0, resets=resets)
+            y = mask_outputs(mask, 2 * torch.einsum("blhn,hn->blh", hs, C).real + self.D.to(dtype) * u)
         return y.to(x.dtype), hs[:, -1]
 
     def step(self, x_t: torch.Tensor, state):
         """x_t (B, H), state (B, H, N/2) complex -> (y_t (B, H), next state)."""
-        dtype = compute_dtype(x_t.dtype, self.D.dtype)
-        with no_autocast(x_t):
+        with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self._step_system, dtype)
             u = x_t.to(dtype)
             h = dA * state.to(dA.dtype) + dB * u.unsqueeze(-1)
@@ -157,5 +132,5 @@ class S4D(ConvolutionalSSM):
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """Zeros (batch_size, H, N/2), complex in the precision of `dtype` (default: the parameters')."""
-        dtype = complex_dtype(compute_dtype(dtype or self.D.dtype))
+        dtype = complex_dtype(dtype or self.D.dtype)
         return torch.zeros(batch_size, self.d_model, self.d_state // 2, device=device or self.D.device, dtype=dtype)

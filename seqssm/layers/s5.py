@@ -1,4 +1,4 @@
-"""S5 (Smith, Warrington and Linderman 2023; seed 000 section 2.1.6, seed 001 section 3.1): one MIMO SSM.
+"""S5 (Smith, Warrington and Linderman 2023; van Gelooven 2025 thesis, 2.1.6; Lu et al. 2023, 3.1): one MIMO SSM.
 
 A single diagonal system with P complex states reads all d_model channels at once:
 h_t = Λ̄ h_{t-1} + B̄ x_t, y_t = Re(C h_t) + D x_t, with B (P, H) and C (H, P) dense complex.
@@ -6,11 +6,11 @@ h_t = Λ̄ h_{t-1} + B̄ x_t, y_t = Re(C h_t) + D x_t, with B (P, H) and C (H, P
 are drawn in the original basis and moved into the eigenbasis (B̃ = V^* B, C̃ = C V). With
 conjugate symmetry (the default) only the P/2 modes with Im Λ < 0 are stored; their partners
 are implicit and the output is 2 Re(C̃ h). Every step of the recurrence is a `linear_scan`, and
-resets use that scan's reset flags, i.e. the resettable operator of Lu et al. (seed 001 3.1).
+resets use that scan's reset flags, i.e. the resettable operator of Lu et al. (2023, 3.1).
 
-Parametrisation: Re Λ = -exp(log_Lambda_real) < 0 keeps the system stable (seed 000 section 4.2),
+Parametrisation: Re Λ = -exp(log_Lambda_real) < 0 keeps the system stable (van Gelooven 2025 thesis, 4.2),
 Δ = exp(log_dt) per state, complex tensors stored as (..., 2) real parameters. Λ, B and Δ train
-at a reduced learning rate without weight decay; C and D train like ordinary weights (seed 000
+at a reduced learning rate without weight decay; C and D train like ordinary weights (van Gelooven 2025 thesis,
 sections 4.2 and 4.3: SSM learning rate 1/5 of the network's).
 """
 
@@ -21,14 +21,14 @@ import math
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, mask_recurrence, step_system
+from seqssm.layers.base import (
+    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+)
 from seqssm.layers.hippo import legs_nplr, log_dt_init
-from seqssm.layers.s4d import complex_dtype, compute_dtype, no_autocast
 from seqssm.ops.linear import linear_scan
 from seqssm.ops.ssm_kernels import DISCRETIZATIONS, discretize_diag
-from seqssm.optim import tag_param
 
-# Seed 000 section 4.3 fixes the other weights' learning rate at 5x the SSM learning rate.
+# van Gelooven 2025 thesis, 4.3, fixes the other weights' learning rate at 5x the SSM learning rate.
 S5_SSM_LR_SCALE = 0.2
 
 
@@ -74,16 +74,12 @@ class S5(SequenceLayer):
         self.discretization, self.backend = discretization, backend
         Lambda, B, C = s5_init(d_state, d_model, blocks, conj_sym)
         n_modes = Lambda.shape[0]
-        self.log_Lambda_real = self._ssm(torch.log(-Lambda.real).float())
-        self.Lambda_imag = self._ssm(Lambda.imag.float())
-        self.B = self._ssm(torch.view_as_real(B).float())
-        self.log_dt = self._ssm(log_dt_init(n_modes, dt_min, dt_max))
+        self.log_Lambda_real = ssm_param(torch.log(-Lambda.real).float(), S5_SSM_LR_SCALE)
+        self.Lambda_imag = ssm_param(Lambda.imag.float(), S5_SSM_LR_SCALE)
+        self.B = ssm_param(torch.view_as_real(B).float(), S5_SSM_LR_SCALE)
+        self.log_dt = ssm_param(log_dt_init(n_modes, dt_min, dt_max), S5_SSM_LR_SCALE)
         self.C = nn.Parameter(torch.view_as_real(C).float().contiguous())
         self.D = nn.Parameter(torch.randn(d_model))
-
-    @staticmethod
-    def _ssm(value: torch.Tensor) -> nn.Parameter:
-        return tag_param(nn.Parameter(value.contiguous()), lr_scale=S5_SSM_LR_SCALE, weight_decay=0.0)
 
     def discrete(self, dtype: torch.dtype):
         """-> Λ̄ (P'), B̄ (P', H), C (H, P') complex in `dtype`'s precision."""
@@ -105,13 +101,11 @@ class S5(SequenceLayer):
 
     def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """x (B, L, H), state (B, P') complex or None, resets / mask (B, L) bool -> (y (B, L, H), final state)."""
-        batch, length, _ = x.shape
-        resets, mask = check_resets(resets, batch, length), check_mask(mask, batch, length)
-        dtype = compute_dtype(x.dtype, self.D.dtype)
-        with no_autocast(x):
+        resets, mask = check_steps(x, resets, mask)
+        with full_precision(x, self.D) as dtype:
             dA, dB, C = self.discrete(dtype)
             u = x.to(dtype)
-            a, b, resets = mask_recurrence(mask, dA, self._drive(u, dB), resets)
+            a, b = mask_recurrence(mask, dA, self._drive(u, dB))
             h0 = None if state is None else state.to(dA.dtype)
             h = linear_scan(a, b, initial_state=h0, resets=resets, backend=self.backend)
             y = mask_outputs(mask, self._readout(h, C, u))
@@ -119,8 +113,7 @@ class S5(SequenceLayer):
 
     def step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, H), state (B, P') complex -> (y_t (B, H), next state)."""
-        dtype = compute_dtype(x_t.dtype, self.D.dtype)
-        with no_autocast(x_t):
+        with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.discrete, dtype)
             u = x_t.to(dtype)
             h = dA * state.to(dA.dtype) + self._drive(u, dB)
@@ -129,5 +122,5 @@ class S5(SequenceLayer):
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """Zeros (batch_size, P'), complex in the precision of `dtype` (default: the parameters')."""
-        cdtype = complex_dtype(compute_dtype(dtype or self.D.dtype))
+        cdtype = complex_dtype(dtype or self.D.dtype)
         return torch.zeros(batch_size, self.log_dt.shape[0], device=device or self.D.device, dtype=cdtype)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_mask, check_resets, mask_outputs, step_system
+from seqssm.layers.base import ChannelsFirstLayer, check_steps, step_system
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
 
@@ -18,8 +18,11 @@ def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-class S6(SequenceLayer):
+class S6(ChannelsFirstLayer):
     """Selective SSM over d_model channels with state size d_state: x (B, L, d_model) -> (B, L, d_model).
+
+    It computes channels first, (B, d_model, L) as mamba_ssm's kernels do; `scan_projected` and
+    `step_projected` run it on Δ, B and C that the caller projected (RoPE on some of them, say).
 
     A = -exp(A_log) (S4D-Real, A_n = -(n + 1) at init) stays negative; Δ = softplus(dt_proj(.) + bias)
     with the bias set so that Δ starts log-uniform in [dt_min, dt_max]; B, C from `x_proj`; D = 1.
@@ -64,30 +67,42 @@ class S6(SequenceLayer):
         return F.linear(dt, self.dt_proj.weight), B, C
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
+        """Zeros (batch_size, d_model, d_state), float32 unless `dtype` is given."""
+        device = device or self.A_log.device
         return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or torch.float32)
 
-    def scan(self, x, state=None, resets=None, mask=None):
-        """x (B, L, d_model) from `state` -> (y, final state); mask (B, L) True = valid step: masked steps
-        leave the state untouched (Δ = 0 gives exp(ΔA) = 1 and ΔBx = 0) and output zeros."""
-        batch, length, _ = x.shape
-        resets = check_resets(resets, batch, length)
-        mask = check_mask(mask, batch, length)
-        delta, B, C = self.project(x)
+    def scan_channels_first(self, x, state=None, resets=None, mask=None):
+        """x (B, d_model, L), state (B, d_model, d_state) or None, resets / mask (B, L) -> (y (B, d_model, L),
+        final state): `scan` in the layout of the selective scan."""
+        delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
+        return self.scan_projected(x, delta, B, C, state, resets, mask)
+
+    def scan_projected(self, u, delta, B, C, state=None, resets=None, mask=None):
+        """The scan after the projections: u, delta (Δ before its bias) (B, d_model, L), B, C (B, d_state, L),
+        state or None, resets / mask (B, L) -> (y (B, d_model, L), final state).
+
+        Masked steps leave the state untouched (Δ = 0 gives exp(ΔA) = 1 and ΔBu = 0) and output zeros.
+        """
+        resets, mask = check_steps(u, resets, mask, time_dim=2)
         delta_bias, softplus = self.dt_proj.bias.float(), True
-        if mask is not None:
-            delta = F.softplus(delta.float() + delta_bias).masked_fill(~mask.unsqueeze(-1), 0.0)
+        if mask is not None:  # Δ itself, in the scan's compute dtype, zero on masked steps
+            compute = torch.promote_types(u.dtype, torch.float32)
+            delta = F.softplus(delta.to(compute) + delta_bias.to(compute)[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
             delta_bias, softplus = None, False
-            resets = None if resets is None else resets & mask
         y, last = selective_scan(
-            x.transpose(1, 2), delta.transpose(1, 2), self.A, B.transpose(1, 2), C.transpose(1, 2),
-            self.D.float(), delta_bias=delta_bias, delta_softplus=softplus, return_last_state=True,
-            initial_state=state, resets=resets, backend=self.backend,
+            u, delta, self.A, B, C, self.D.float(), delta_bias=delta_bias, delta_softplus=softplus,
+            return_last_state=True, initial_state=state, resets=resets, backend=self.backend,
         )
-        return mask_outputs(mask, y.transpose(1, 2)), last
+        return (y if mask is None else y.masked_fill(~mask.unsqueeze(1), 0)), last
 
     def step(self, x_t, state):
-        delta, B, C = self.project(x_t)
+        """x_t (B, d_model), state (B, d_model, d_state) -> (y_t (B, d_model), next state)."""
+        return self.step_projected(x_t, *self.project(x_t), state)
+
+    def step_projected(self, u_t, delta_t, B_t, C_t, state):
+        """One step after the projections: u_t, delta_t (Δ before its bias) (B, d_model), B_t, C_t (B, d_state),
+        state -> (y_t (B, d_model), next state)."""
         A = step_system(self, lambda dtype: self.A, torch.float32)
         return selective_step(
-            state, x_t, delta, A, B, C, self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True
+            state, u_t, delta_t, A, B_t, C_t, self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True
         )

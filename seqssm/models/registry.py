@@ -1,6 +1,8 @@
 """Named models of the thesis: `build("mamba-s6-bi", vocab_size=256, n_classes=2)`.
 
-Base names: simple-s4, simple-s4d, mamba-s4, mamba-s4d, mamba-s6. Variant suffixes, combinable as
+A name is <block>-<layer>[-variant ...]: a block of `seqssm.blocks.BLOCKS` around a layer of
+`seqssm.layers.LAYERS`. The thesis' base names are simple-s4, simple-s4d, mamba-s4, mamba-s4d,
+mamba-s6 (BASE_NAMES); any other registered layer builds the same way. Variant suffixes, combinable as
 one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
 without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
 fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
@@ -9,9 +11,11 @@ Defaults follow thesis tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=
 
 from __future__ import annotations
 
+from seqssm.blocks.stack import BLOCKS
+from seqssm.layers.registry import LAYERS
 from seqssm.models.sequence_model import SequenceModel
 
-BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")
+BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # the thesis' models
 VARIANTS = ("bi", "placebo", "sm", "rope")
 
 BASE_WIDTH = {"mamba": 116, "simple": 170}  # table 2
@@ -39,15 +43,15 @@ THESIS_TABLE6 = {
 def parse_name(name: str) -> tuple[str, str, tuple[str, ...]]:
     """"mamba-s6-bi-rope" -> ("mamba", "s6", ("bi", "rope"))."""
     parts = name.lower().split("-")
-    base, variants = "-".join(parts[:2]), tuple(parts[2:])
-    if base not in BASE_NAMES:
-        raise ValueError(f"unknown model {name!r}; names are one of {BASE_NAMES} plus suffixes from {VARIANTS}")
+    block, ssp, variants = parts[0], (parts[1] if len(parts) > 1 else ""), tuple(parts[2:])
+    if block not in BLOCKS or ssp not in LAYERS:
+        raise ValueError(f"unknown model {name!r}; names are <block>-<layer> plus suffixes from {VARIANTS}, with "
+                         f"block one of {', '.join(BLOCKS)} and layer one of {', '.join(LAYERS)}")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or len(set(variants)) != len(variants):
         raise ValueError(f"bad variant suffixes {variants} in {name!r}; each at most once, from {VARIANTS}")
     if len({"bi", "placebo", "sm"} & set(variants)) > 1:
         raise ValueError(f"{name!r}: -bi, -placebo and -sm exclude each other")
-    block, ssp = parts[:2]
     return block, ssp, variants
 
 

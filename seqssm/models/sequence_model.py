@@ -11,6 +11,7 @@ from torch import nn
 from seqssm.blocks.stack import make_stack
 from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.layers import frozen_weights
+from seqssm.layers.base import check_steps, mask_outputs
 
 POOLINGS = ("mean", "last", "cls", None)
 
@@ -34,8 +35,9 @@ class SequenceModel(nn.Module):
     classifier, forward -> (B, n_classes). With pooling None: per-token outputs (B, L, n_classes),
     or with no n_classes a language model, (B, L, vocab_size), with `generate`.
 
-    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d"
-    or "s4". Every constructor argument is in `config`, which `from_config` turns back into the model.
+    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d", "s4"
+    or any other layer of `seqssm.layers.LAYERS`.
+    Every constructor argument is in `config`, which `from_config` turns back into the model.
     `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
     directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
     conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".
@@ -198,12 +200,14 @@ class SequenceModel(nn.Module):
             pooled = h[:, -1] if lengths is None else h[torch.arange(batch, device=x.device), lengths - 1]
         return self._head(pooled)
 
-    def scan(self, inputs: torch.Tensor, state=None, resets: torch.Tensor | None = None):
-        """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets (B, L) bool
-        -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
-        outputs "last" pooling would give at every position."""
-        h, state = self.backbone.scan(self.embed(inputs), state, resets)
-        return self._head(h), state
+    def scan(self, inputs: torch.Tensor, state=None, resets: torch.Tensor | None = None,
+             mask: torch.Tensor | None = None):
+        """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets / mask (B, L)
+        bool -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
+        outputs "last" pooling would give at every position. Masked steps leave the state unchanged and output zeros."""
+        resets, mask = check_steps(inputs, resets, mask)
+        h, state = self.backbone.scan(self.embed(inputs), state, resets, mask)
+        return mask_outputs(mask, self._head(h)), state
 
     def step(self, input_t: torch.Tensor, state):
         """Causal models: one input (B,) ids or (B, d_input), state -> (head output (B, vocab_size or n_classes), state)."""

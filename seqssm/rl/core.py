@@ -11,23 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import SSPS, FeatureDropout, WrapperBlock
+from seqssm.blocks.common import FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
-from seqssm.layers import GRU, LSSL, S4, S4D, S5, S6, KalmanLayer, MinGRU, vSSM
+from seqssm.layers.base import map_state, where_state
+from seqssm.layers.registry import build_layer, layer_entry
 from seqssm.models.sequence_model import SequenceModel
 
-# name -> (class, keyword that receives CoreConfig.d_state): GRU-like layers call their state size d_hidden.
-LAYERS: dict[str, tuple[type[nn.Module], str]] = {
-    "s5": (S5, "d_state"), "s6": (S6, "d_state"), "s4d": (S4D, "d_state"), "s4": (S4, "d_state"),
-    "mingru": (MinGRU, "d_hidden"), "gru": (GRU, "d_hidden"), "kalman": (KalmanLayer, "d_state"),
-    "vssm": (vSSM, "d_state"), "lssl": (LSSL, "d_state"),
-}
 BLOCKS = ("residual", "mamba", "simple")
 ACTIVATIONS = ("gelu", "glu")
 
@@ -36,9 +31,9 @@ ACTIVATIONS = ("gelu", "glu")
 class CoreConfig:
     """A memory core: `n_layers` blocks of kind `block` around primitive `layer`, width d_model.
 
-    layer: s5 s6 s4d s4 mingru gru kalman vssm lssl. d_state: the layer's state size (P for S5,
-    d_hidden for (min)GRU); None keeps the layer's default. block "residual" (any layer; activation
-    "gelu" or "glu", seed 000 eq. 4.1), or "mamba" / "simple" (seqssm.blocks; s4, s4d, s6 only).
+    layer: any name of `seqssm.layers.LAYERS` (s5 s6 s4d s4 mingru gru kalman vssm lssl ...). d_state: the
+    layer's state size (P for S5, d_hidden for (min)GRU); None keeps the layer's default. block "residual"
+    (activation "gelu" or "glu", van Gelooven 2025 thesis, eq. 4.1), or "mamba" / "simple" (seqssm.blocks).
     layer_kwargs go to the primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). Defaults: seed 001
     table 3 (4 S5 layers of width 256); the CPU recipes under recipes/rl/ are much smaller.
     """
@@ -82,23 +77,15 @@ class ResidualBlock(WrapperBlock):
 
 def build_core(config: CoreConfig) -> BlockStack:
     """The BlockStack that `config` describes: (B, L, d_model) -> (B, L, d_model) with scan/step."""
-    if config.layer not in LAYERS:
-        raise ValueError(f"unknown core layer {config.layer!r}; choose one of {tuple(LAYERS)}")
+    layer_entry(config.layer)  # an unknown name fails here, listing the registered layers
     if config.block not in BLOCKS:
         raise ValueError(f"unknown core block {config.block!r}; choose one of {BLOCKS}")
     if config.n_layers < 1:
         raise ValueError(f"core n_layers must be >= 1, got {config.n_layers}")
     if config.block == "residual":
-        cls, state_kw = LAYERS[config.layer]
-        kwargs = dict(config.layer_kwargs)
-        if config.d_state is not None:
-            kwargs[state_kw] = config.d_state
-        blocks = [ResidualBlock(cls(config.d_model, **kwargs), config.d_model, config.activation, config.dropout)
-                  for _ in range(config.n_layers)]
+        blocks = [ResidualBlock(build_layer(config.layer, config.d_model, config.d_state, **config.layer_kwargs),
+                                config.d_model, config.activation, config.dropout) for _ in range(config.n_layers)]
         return BlockStack(blocks, nn.Identity())
-    if config.layer not in SSPS:
-        raise ValueError(f"block {config.block!r} holds one of the SSPs {SSPS}, not {config.layer!r}; "
-                         "use block: residual for other layers")
     d_state = config.d_state if config.d_state is not None else (16 if config.block == "mamba" else 64)
     return make_stack(config.block, config.d_model, config.n_layers, ssp=config.layer, d_state=d_state,
                       dropout=config.dropout, ssp_kwargs=dict(config.layer_kwargs) or None)
@@ -138,17 +125,6 @@ def core_width(core: nn.Module) -> int:
     return int(width)
 
 
-def map_state(fn: Callable[..., torch.Tensor], *states):
-    """Apply fn leaf-wise to one or more states of the same structure (nested tuples/lists of tensors)."""
-    first = states[0]
-    if isinstance(first, (tuple, list)):
-        return type(first)(map_state(fn, *parts) for parts in zip(*states))
-    return fn(*states)
-
-
 def reset_state(state, fresh, done: torch.Tensor):
     """Rows b of `state` with done[b] (B,) bool replaced by the same rows of `fresh` (an initial state)."""
-    def pick(s: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-        return torch.where(done.to(s.device).view(-1, *([1] * (s.ndim - 1))), f, s)
-
-    return map_state(pick, state, fresh)
+    return where_state(done, fresh, state)
