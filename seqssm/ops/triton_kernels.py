@@ -2,6 +2,8 @@
 
 This file is loaded by `triton_scan._kernels` once per mode (compiled, or interpreted on CPU
 under TRITON_INTERPRET=1) as its own module, since Triton fixes the mode when it decorates.
+For the same reason the kernels call only builtins of triton.language, none of its @jit
+helpers (tl.sum, tl.zeros, tl.cdiv, tl.sigmoid), which carry the mode triton was imported in.
 
 Every program owns one batch row and a block of channels and walks time in chunks of BLOCK_T
 steps: inside a chunk the recurrence h_t = a_t h_{t-1} + b_t is one `tl.associative_scan` of
@@ -11,6 +13,13 @@ in registers. Accumulation is in ACC (float32, or float64 for float64 inputs).
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _sum(x, axis: tl.constexpr):
+    # tl.sum itself is a @triton.jit function decorated when triton is imported, in that process's mode;
+    # tl.reduce with its combine works in both modes (and the interpreter sums with numpy).
+    return tl.reduce(x, axis, tl.standard._sum_combine)
 
 
 @triton.jit
@@ -32,7 +41,7 @@ def _affine_complex(ar1, ai1, br1, bi1, ar2, ai2, br2, bi2):
 @triton.jit
 def _row(x, rows, row: tl.constexpr, axis: tl.constexpr):
     # The slice of a register tile at index `row` along `axis` (a masked sum: tiles cannot be indexed).
-    return tl.sum(tl.where(rows == row, x, 0.0), axis=axis)
+    return _sum(tl.where(rows == row, x, 0.0), axis=axis)
 
 
 @triton.jit
@@ -61,8 +70,8 @@ def linear_scan_fwd(
     offs_f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     mask_f = offs_f < feat
     rows = tl.arange(0, BLOCK_T)[:, None]
-    carry_r = tl.zeros([BLOCK_F], ACC)
-    carry_i = tl.zeros([BLOCK_F], ACC)
+    carry_r = tl.full([BLOCK_F], 0.0, ACC)
+    carry_i = tl.full([BLOCK_F], 0.0, ACC)
     if HAS_H0:
         carry_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
@@ -113,15 +122,15 @@ def linear_scan_bwd(
     mask_f = offs_f < feat
     rows = tl.arange(0, BLOCK_T)[:, None]
     # g at the first step of the chunk after the current one.
-    carry_r = tl.zeros([BLOCK_F], ACC)
-    carry_i = tl.zeros([BLOCK_F], ACC)
-    h0_r = tl.zeros([BLOCK_F], ACC)
-    h0_i = tl.zeros([BLOCK_F], ACC)
+    carry_r = tl.full([BLOCK_F], 0.0, ACC)
+    carry_i = tl.full([BLOCK_F], 0.0, ACC)
+    h0_r = tl.full([BLOCK_F], 0.0, ACC)
+    h0_i = tl.full([BLOCK_F], 0.0, ACC)
     if HAS_H0:
         h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
             h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
-    n_chunks = tl.cdiv(length, BLOCK_T)
+    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     for i in range(n_chunks):
         t = (n_chunks - 1 - i) * BLOCK_T + tl.arange(0, BLOCK_T)
         valid = t < length
@@ -218,13 +227,13 @@ def _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad
     # A (D, N), Δ bias (D,) and the time-invariant B, C (D, N) of a block of channels (zeros where absent).
     # Padded states have A = 0 and B = C = 0: they stay 0 and add nothing.
     A = tl.load(A_ptr + d[:, None] * s_Ad + offs_n[None, :] * s_An, mask=mask_dn, other=0.0).to(ACC)
-    bias = tl.zeros([BLOCK_D], ACC)
+    bias = tl.full([BLOCK_D], 0.0, ACC)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(ACC)
-    B_inv = tl.zeros([BLOCK_D, BLOCK_N], ACC)
+    B_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if not B_VARIABLE:
         B_inv = tl.load(B_ptr + d[:, None] * s_Bd + offs_n[None, :] * s_Bn, mask=mask_dn, other=0.0).to(ACC)
-    C_inv = tl.zeros([BLOCK_D, BLOCK_N], ACC)
+    C_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if not C_VARIABLE:
         C_inv = tl.load(C_ptr + d[:, None] * s_Cd + offs_n[None, :] * s_Cn, mask=mask_dn, other=0.0).to(ACC)
     return A, bias, B_inv, C_inv
@@ -253,10 +262,10 @@ def selective_scan_fwd(
     A, bias, B_inv, C_inv = _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad, s_An,
                                          s_Bd, s_Bn, s_Cd, s_Cn, B_VARIABLE, C_VARIABLE, HAS_BIAS,
                                          BLOCK_D, BLOCK_N, ACC)
-    h = tl.zeros([BLOCK_D, BLOCK_N], ACC)
+    h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if HAS_H0:
         h = tl.load(h0_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
-    n_chunks = tl.cdiv(length, BLOCK_T)
+    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     times = tl.arange(0, BLOCK_T)[None, None, :]
     for c in range(n_chunks):
         if STORE_STARTS:
@@ -278,7 +287,7 @@ def selective_scan_fwd(
         hs = dA * h[:, :, None] + dBu
         Ct = _load_bc(C_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, C_inv,
                       C_VARIABLE, ACC)
-        y = tl.sum(hs * Ct, axis=1)
+        y = _sum(hs * Ct, axis=1)
         tl.store(y_ptr + (pid_b * dim + d[:, None]) * length + t[None, :], y, mask=mask_dt)
         h = _row(hs, times, BLOCK_T - 1, 2)
     tl.store(last_ptr + state_off, h, mask=mask_dn)
@@ -313,13 +322,13 @@ def selective_scan_bwd(
     A, bias, B_inv, C_inv = _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad, s_An,
                                          s_Bd, s_Bn, s_Cd, s_Cn, B_VARIABLE, C_VARIABLE, HAS_BIAS,
                                          BLOCK_D, BLOCK_N, ACC)
-    carry = tl.zeros([BLOCK_D, BLOCK_N], ACC)  # adjoint of the state at the end of the current chunk
+    carry = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)  # adjoint of the state at the end of the current chunk
     if HAS_GLAST:
         carry = tl.load(glast_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
-    gA = tl.zeros([BLOCK_D, BLOCK_N], ACC)
-    gB_inv = tl.zeros([BLOCK_D, BLOCK_N], ACC)
-    gC_inv = tl.zeros([BLOCK_D, BLOCK_N], ACC)
-    n_chunks = tl.cdiv(length, BLOCK_T)
+    gA = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
+    gB_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
+    gC_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
+    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     rows = tl.arange(0, BLOCK_T)
     times = rows[None, None, :]
     for i in range(n_chunks):
@@ -356,11 +365,11 @@ def selective_scan_bwd(
         g = tl.where(mask_dt[:, None, :], g + prod * carry[:, :, None], 0.0)
         carry = _row(dA * g, times, 0, 2)
         x = g * (hs - dBu)
-        gA += tl.sum(x * dt[:, None, :], axis=2)
-        gBu = tl.sum(g * Bt, axis=1)
-        gdt = tl.sum(x * A[:, :, None], axis=1) + u * gBu
+        gA += _sum(x * dt[:, None, :], axis=2)
+        gBu = _sum(g * Bt, axis=1)
+        gdt = _sum(x * A[:, :, None], axis=1) + u * gBu
         if SOFTPLUS:
-            gdt = gdt * tl.sigmoid(raw)
+            gdt = gdt * (1.0 / (1.0 + tl.exp(-raw)))
         out_off = (pid_b * dim + d[:, None]) * length + t[None, :]
         tl.store(gu_ptr + out_off, dt * gBu, mask=mask_dt)
         tl.store(gdelta_ptr + out_off, gdt, mask=mask_dt)
@@ -369,13 +378,13 @@ def selective_scan_bwd(
         bc_off = ((pid_b * groups + pid_g) * n_state + offs_n[:, None]) * length + t[None, :]
         bc_mask = mask_n[:, None] & mask_t[None, :]
         if B_VARIABLE:
-            tl.atomic_add(gB_ptr + bc_off, tl.sum(gB_t, axis=0), mask=bc_mask)
+            tl.atomic_add(gB_ptr + bc_off, _sum(gB_t, axis=0), mask=bc_mask)
         else:
-            gB_inv += tl.sum(gB_t, axis=2)
+            gB_inv += _sum(gB_t, axis=2)
         if C_VARIABLE:
-            tl.atomic_add(gC_ptr + bc_off, tl.sum(gC_t, axis=0), mask=bc_mask)
+            tl.atomic_add(gC_ptr + bc_off, _sum(gC_t, axis=0), mask=bc_mask)
         else:
-            gC_inv += tl.sum(gC_t, axis=2)
+            gC_inv += _sum(gC_t, axis=2)
     tl.store(gh0_ptr + state_off, carry, mask=mask_dn)
     tl.store(gA_ptr + state_off, gA, mask=mask_dn)
     if not B_VARIABLE:
