@@ -169,9 +169,16 @@ def mamba_ssm_missing() -> str | None:
     return None if has_mamba_ssm() else "mamba_ssm is not installed: pip install 'seqssm[cuda]'"
 
 
+def has_triton() -> bool:
+    """True when triton is installed (imports nothing: triton loads when a kernel first runs)."""
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):  # e.g. a None entry in sys.modules
+        return False
+
+
 def triton_missing() -> str | None:
-    """Why the Triton backend cannot load, or None (imports nothing: triton loads when a kernel first runs)."""
-    return None if importlib.util.find_spec("triton") else "triton is not installed: pip install 'seqssm[triton]'"
+    return None if has_triton() else "triton is not installed: pip install 'seqssm[triton]'"
 
 
 def triton_interpreting() -> bool:
