@@ -175,7 +175,9 @@ class _SelectiveScanTriton(torch.autograd.Function):
         compute = starts.dtype
         b_var, b_strides = _bc_layout(B)
         c_var, c_strides = _bc_layout(C)
+        # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
         grad_y = grad_y.to(compute).contiguous()
+        grad_last = grad_last.to(compute).contiguous() if grad_last is not None else None
         grad_u = torch.empty(batch, dim, length, dtype=compute, device=u.device)
         grad_delta = torch.empty_like(grad_u)
         per_row = (batch, dim, n)
