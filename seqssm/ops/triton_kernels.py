@@ -59,6 +59,23 @@ def _softplus(x):
 
 
 @triton.jit
+def _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
+                  BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr):
+    # This program's batch row, features (BLOCK_F,) and their mask, chunk rows (BLOCK_T, 1), and h0
+    # (real, imaginary part) of its features, zeros where absent.
+    pid_b = tl.program_id(0).to(tl.int64)
+    offs_f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mask_f = offs_f < feat
+    h0_r = tl.full([BLOCK_F], 0.0, ACC)
+    h0_i = tl.full([BLOCK_F], 0.0, ACC)
+    if HAS_H0:
+        h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
+        if COMPLEX:
+            h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
+    return pid_b, offs_f, mask_f, tl.arange(0, BLOCK_T)[:, None], h0_r, h0_i
+
+
+@triton.jit
 def linear_scan_fwd(
     a_ptr, b_ptr, resets_ptr, h0_ptr, h_ptr,
     length, feat,
@@ -66,16 +83,8 @@ def linear_scan_fwd(
     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
 ):
-    pid_b = tl.program_id(0).to(tl.int64)
-    offs_f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    mask_f = offs_f < feat
-    rows = tl.arange(0, BLOCK_T)[:, None]
-    carry_r = tl.full([BLOCK_F], 0.0, ACC)
-    carry_i = tl.full([BLOCK_F], 0.0, ACC)
-    if HAS_H0:
-        carry_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
-        if COMPLEX:
-            carry_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
+    pid_b, offs_f, mask_f, rows, carry_r, carry_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX, HAS_H0,
+                                                                  BLOCK_T, BLOCK_F, ACC)
     for start in range(0, length, BLOCK_T):
         t = start + tl.arange(0, BLOCK_T)
         mask = (t < length)[:, None] & mask_f[None, :]
@@ -117,19 +126,11 @@ def linear_scan_bwd(
 ):
     """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a reverse scan; grad a_t = g_t conj(h_{t-1}) (0 where
     reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, ga, gb share h's strides."""
-    pid_b = tl.program_id(0).to(tl.int64)
-    offs_f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    mask_f = offs_f < feat
-    rows = tl.arange(0, BLOCK_T)[:, None]
+    pid_b, offs_f, mask_f, rows, h0_r, h0_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX, HAS_H0,
+                                                            BLOCK_T, BLOCK_F, ACC)
     # g at the first step of the chunk after the current one.
     carry_r = tl.full([BLOCK_F], 0.0, ACC)
     carry_i = tl.full([BLOCK_F], 0.0, ACC)
-    h0_r = tl.full([BLOCK_F], 0.0, ACC)
-    h0_i = tl.full([BLOCK_F], 0.0, ACC)
-    if HAS_H0:
-        h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
-        if COMPLEX:
-            h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     for i in range(n_chunks):
         t = (n_chunks - 1 - i) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -221,11 +222,21 @@ def _load_bc(ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_b, s_g, s_d, s_n
 
 
 @triton.jit
-def _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad, s_An, s_Bd, s_Bn, s_Cd, s_Cn,
-                 B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
-    # A (D, N), Δ bias (D,) and the time-invariant B, C (D, N) of a block of channels (zeros where absent).
-    # Padded states have A = 0 and B = C = 0: they stay 0 and add nothing.
+def _block(A_ptr, B_ptr, C_ptr, bias_ptr, dim, e, n_state, s_Ad, s_An, s_Bd, s_Bn, s_Cd, s_Cn,
+           B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr,
+           BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    # This program's batch row, group, channels d (BLOCK_D,) and states (BLOCK_N,) with their masks and
+    # offsets into (batch, dim, N) states, and its parameters: A (D, N), Δ bias (D,), time-invariant B, C
+    # (D, N), zeros where absent. Padded states have A = 0 and B = C = 0: they stay 0 and add nothing.
+    pid_b = tl.program_id(0).to(tl.int64)
+    pid_g = tl.program_id(1)
+    offs_e = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = offs_e < e
+    d = pid_g * e + offs_e
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_n = offs_n < n_state
+    mask_dn = mask_d[:, None] & mask_n[None, :]
+    chan_off = d[:, None] * n_state + offs_n[None, :]
     A = tl.load(A_ptr + d[:, None] * s_Ad + offs_n[None, :] * s_An, mask=mask_dn, other=0.0).to(ACC)
     bias = tl.full([BLOCK_D], 0.0, ACC)
     if HAS_BIAS:
@@ -236,7 +247,40 @@ def _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad
     C_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if not C_VARIABLE:
         C_inv = tl.load(C_ptr + d[:, None] * s_Cd + offs_n[None, :] * s_Cn, mask=mask_dn, other=0.0).to(ACC)
-    return A, bias, B_inv, C_inv
+    state_off = pid_b * dim * n_state + chan_off
+    return pid_b, pid_g, d, offs_n, mask_d, mask_n, mask_dn, chan_off, state_off, A, bias, B_inv, C_inv
+
+
+@triton.jit
+def _discretize(delta_ptr, resets_ptr, A, bias, pid_b, d, t, mask_d, mask_t, s_db, s_dd, s_dt, s_rb, s_rt,
+                HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_RESETS: tl.constexpr, ACC: tl.constexpr):
+    # (dA = exp(Δ A) (D, N, T), 0 where the state resets; Δ and Δ before softplus (D, T)) at steps t;
+    # masked steps have Δ = 0, dA = 1.
+    dt, raw = _load_dt(delta_ptr, bias, pid_b * s_db + d[:, None] * s_dd + t[None, :] * s_dt,
+                       mask_d[:, None] & mask_t[None, :], HAS_BIAS, SOFTPLUS, ACC)
+    dA = tl.exp(dt[:, None, :] * A[:, :, None])
+    if HAS_RESETS:
+        reset = tl.load(resets_ptr + pid_b * s_rb + t * s_rt, mask=mask_t, other=0) != 0
+        dA = tl.where(reset[None, None, :], 0.0, dA)
+    return dA, dt, raw
+
+
+@triton.jit
+def _chunk_states(u_ptr, delta_ptr, B_ptr, resets_ptr, A, bias, B_inv, h, pid_b, pid_g, d, offs_n, t,
+                  mask_d, mask_n, mask_t, s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt,
+                  s_rb, s_rt, B_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+                  HAS_RESETS: tl.constexpr, ACC: tl.constexpr):
+    # Discretise and scan one chunk from its start state h (D, N) -> u, Δ, Δ before softplus (D, T),
+    # dA, B (broadcastable), ΔBu and the states h_t, each (D, N, T).
+    u = tl.load(u_ptr + pid_b * s_ub + d[:, None] * s_ud + t[None, :] * s_ut,
+                mask=mask_d[:, None] & mask_t[None, :], other=0.0).to(ACC)
+    dA, dt, raw = _discretize(delta_ptr, resets_ptr, A, bias, pid_b, d, t, mask_d, mask_t, s_db, s_dd, s_dt,
+                              s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
+    Bt = _load_bc(B_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, B_inv,
+                  B_VARIABLE, ACC)
+    dBu = (dt * u)[:, None, :] * Bt
+    prod, hs = tl.associative_scan((dA, dBu), axis=2, combine_fn=_affine)
+    return u, dt, raw, dA, Bt, dBu, prod * h[:, :, None] + hs
 
 
 @triton.jit
@@ -249,19 +293,9 @@ def selective_scan_fwd(
     HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, STORE_STARTS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr,
 ):
-    pid_b = tl.program_id(0).to(tl.int64)
-    pid_g = tl.program_id(1)
-    offs_e = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask_d = offs_e < e
-    d = pid_g * e + offs_e
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_n = offs_n < n_state
-    mask_dn = mask_d[:, None] & mask_n[None, :]
-    chan_off = d[:, None] * n_state + offs_n[None, :]
-    state_off = pid_b * dim * n_state + chan_off
-    A, bias, B_inv, C_inv = _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad, s_An,
-                                         s_Bd, s_Bn, s_Cd, s_Cn, B_VARIABLE, C_VARIABLE, HAS_BIAS,
-                                         BLOCK_D, BLOCK_N, ACC)
+    pid_b, pid_g, d, offs_n, mask_d, mask_n, mask_dn, chan_off, state_off, A, bias, B_inv, C_inv = _block(
+        A_ptr, B_ptr, C_ptr, bias_ptr, dim, e, n_state, s_Ad, s_An, s_Bd, s_Bn, s_Cd, s_Cn,
+        B_VARIABLE, C_VARIABLE, HAS_BIAS, BLOCK_D, BLOCK_N, ACC)
     h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if HAS_H0:
         h = tl.load(h0_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
@@ -272,23 +306,15 @@ def selective_scan_fwd(
             tl.store(starts_ptr + (pid_b * n_chunks + c) * dim * n_state + chan_off, h, mask=mask_dn)
         t = c * BLOCK_T + tl.arange(0, BLOCK_T)
         mask_t = t < length
-        mask_dt = mask_d[:, None] & mask_t[None, :]
-        u = tl.load(u_ptr + pid_b * s_ub + d[:, None] * s_ud + t[None, :] * s_ut, mask=mask_dt, other=0.0).to(ACC)
-        dt, _ = _load_dt(delta_ptr, bias, pid_b * s_db + d[:, None] * s_dd + t[None, :] * s_dt, mask_dt,
-                         HAS_BIAS, SOFTPLUS, ACC)
-        dA = tl.exp(dt[:, None, :] * A[:, :, None])
-        if HAS_RESETS:
-            reset = tl.load(resets_ptr + pid_b * s_rb + t * s_rt, mask=mask_t, other=0) != 0
-            dA = tl.where(reset[None, None, :], 0.0, dA)
-        Bt = _load_bc(B_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, B_inv,
-                      B_VARIABLE, ACC)
-        dBu = (dt * u)[:, None, :] * Bt
-        dA, dBu = tl.associative_scan((dA, dBu), axis=2, combine_fn=_affine)
-        hs = dA * h[:, :, None] + dBu
+        _, _, _, _, _, _, hs = _chunk_states(
+            u_ptr, delta_ptr, B_ptr, resets_ptr, A, bias, B_inv, h, pid_b, pid_g, d, offs_n, t, mask_d, mask_n,
+            mask_t, s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_rb, s_rt,
+            B_VARIABLE, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         Ct = _load_bc(C_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, C_inv,
                       C_VARIABLE, ACC)
         y = _sum(hs * Ct, axis=1)
-        tl.store(y_ptr + (pid_b * dim + d[:, None]) * length + t[None, :], y, mask=mask_dt)
+        tl.store(y_ptr + (pid_b * dim + d[:, None]) * length + t[None, :], y, mask=mask_d[:, None] & mask_t[None, :])
+        # Steps past the end have dA = 1, ΔBu = 0: the last row holds the state after the last real step.
         h = _row(hs, times, BLOCK_T - 1, 2)
     tl.store(last_ptr + state_off, h, mask=mask_dn)
 
@@ -309,19 +335,9 @@ def selective_scan_bwd(
     grad A = Σ x Δ, grad Δ = Σ_n x A + u Σ_n g B, grad u = Δ Σ_n g B, grad B = Σ_d g Δ u, grad C = Σ_d gy h.
     Variable B, C gradients are (batch, groups, N, L) sums over channel blocks (atomic adds); grad A and
     invariant B, C gradients are per batch row (batch, dim, N), summed by the caller."""
-    pid_b = tl.program_id(0).to(tl.int64)
-    pid_g = tl.program_id(1)
-    offs_e = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask_d = offs_e < e
-    d = pid_g * e + offs_e
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_n = offs_n < n_state
-    mask_dn = mask_d[:, None] & mask_n[None, :]
-    chan_off = d[:, None] * n_state + offs_n[None, :]
-    state_off = pid_b * dim * n_state + chan_off
-    A, bias, B_inv, C_inv = _load_params(A_ptr, B_ptr, C_ptr, bias_ptr, d, offs_n, mask_d, mask_dn, s_Ad, s_An,
-                                         s_Bd, s_Bn, s_Cd, s_Cn, B_VARIABLE, C_VARIABLE, HAS_BIAS,
-                                         BLOCK_D, BLOCK_N, ACC)
+    pid_b, pid_g, d, offs_n, mask_d, mask_n, mask_dn, chan_off, state_off, A, bias, B_inv, C_inv = _block(
+        A_ptr, B_ptr, C_ptr, bias_ptr, dim, e, n_state, s_Ad, s_An, s_Bd, s_Bn, s_Cd, s_Cn,
+        B_VARIABLE, C_VARIABLE, HAS_BIAS, BLOCK_D, BLOCK_N, ACC)
     carry = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)  # adjoint of the state at the end of the current chunk
     if HAS_GLAST:
         carry = tl.load(glast_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
@@ -337,30 +353,18 @@ def selective_scan_bwd(
         t = c * BLOCK_T + rows
         mask_t = t < length
         mask_dt = mask_d[:, None] & mask_t[None, :]
-        u_off = pid_b * s_ub + d[:, None] * s_ud + t[None, :] * s_ut
-        u = tl.load(u_ptr + u_off, mask=mask_dt, other=0.0).to(ACC)
-        d_off = pid_b * s_db + d[:, None] * s_dd + t[None, :] * s_dt
-        dt, raw = _load_dt(delta_ptr, bias, d_off, mask_dt, HAS_BIAS, SOFTPLUS, ACC)
-        dA = tl.exp(dt[:, None, :] * A[:, :, None])
+        u, dt, raw, dA, Bt, dBu, hs = _chunk_states(
+            u_ptr, delta_ptr, B_ptr, resets_ptr, A, bias, B_inv, h, pid_b, pid_g, d, offs_n, t, mask_d, mask_n,
+            mask_t, s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_rb, s_rt,
+            B_VARIABLE, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         # dA_{t+1} inside the chunk; 1 in its last row and past the end, where the carry enters.
-        mask_next = mask_d[:, None] & ((rows < BLOCK_T - 1) & (t + 1 < length))[None, :]
-        dt_next, _ = _load_dt(delta_ptr, bias, d_off + s_dt, mask_next, HAS_BIAS, SOFTPLUS, ACC)
-        dA_next = tl.exp(dt_next[:, None, :] * A[:, :, None])
-        if HAS_RESETS:
-            reset = tl.load(resets_ptr + pid_b * s_rb + t * s_rt, mask=mask_t, other=0) != 0
-            dA = tl.where(reset[None, None, :], 0.0, dA)
-            reset_next = tl.load(resets_ptr + pid_b * s_rb + (t + 1) * s_rt, mask=(rows < BLOCK_T - 1) & (t + 1 < length),
-                                 other=0) != 0
-            dA_next = tl.where(reset_next[None, None, :], 0.0, dA_next)
-        Bt = _load_bc(B_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, B_inv,
-                      B_VARIABLE, ACC)
+        dA_next, _, _ = _discretize(delta_ptr, resets_ptr, A, bias, pid_b, d, t + 1, mask_d,
+                                    (rows < BLOCK_T - 1) & (t + 1 < length), s_db, s_dd, s_dt, s_rb, s_rt,
+                                    HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         Ct = _load_bc(C_ptr, pid_b, pid_g, d, offs_n, t, mask_n, mask_t, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, C_inv,
                       C_VARIABLE, ACC)
-        du = dt * u
-        dBu = du[:, None, :] * Bt
-        prod, hs = tl.associative_scan((dA, dBu), axis=2, combine_fn=_affine)
-        hs = prod * h[:, :, None] + hs
         gy = tl.load(gy_ptr + (pid_b * dim + d[:, None]) * length + t[None, :], mask=mask_dt, other=0.0).to(ACC)
+        # Triton's reverse scan is flip(scan(flip)), the same order as the interpreter's (the gpu tests check it).
         prod, g = tl.associative_scan((dA_next, Ct * gy[:, None, :]), axis=2, combine_fn=_affine, reverse=True)
         g = tl.where(mask_dt[:, None, :], g + prod * carry[:, :, None], 0.0)
         carry = _row(dA * g, times, 0, 2)
@@ -373,7 +377,7 @@ def selective_scan_bwd(
         out_off = (pid_b * dim + d[:, None]) * length + t[None, :]
         tl.store(gu_ptr + out_off, dt * gBu, mask=mask_dt)
         tl.store(gdelta_ptr + out_off, gdt, mask=mask_dt)
-        gB_t = g * du[:, None, :]
+        gB_t = g * (dt * u)[:, None, :]
         gC_t = hs * gy[:, None, :]
         bc_off = ((pid_b * groups + pid_g) * n_state + offs_n[:, None]) * length + t[None, :]
         bc_mask = mask_n[:, None] & mask_t[None, :]
