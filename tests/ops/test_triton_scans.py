@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from seqssm.ops import linear_scan, selective_scan
-from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_CHUNK
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_CHUNK  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
        torch.float16: dict(atol=5e-3, rtol=5e-3)}
