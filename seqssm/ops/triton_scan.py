@@ -22,9 +22,8 @@ from seqssm.ops.backend import triton_interpreting
 from seqssm.ops.selective import _finish, _groups
 
 # Time steps per chunk. The selective scan keeps one float32 (batch, dim, N) state per chunk for the
-# backward pass, N * 4 / 32 bytes per element of u: as much as a float16 u for N = 16, where the torch
-# path on CUDA keeps about one per step. The scans inside a chunk are log-depth, so a chunk is as long
-# as the register tiles (BLOCK_D x N x chunk) allow.
+# backward pass, N * 4 / 32 bytes per element of u: as much as a float16 u for N = 16. The scans inside
+# a chunk are log-depth, so a chunk is as long as the register tiles (BLOCK_D x N x chunk) allow.
 LINEAR_CHUNK = 32
 SELECTIVE_CHUNK = 32
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
