@@ -1,6 +1,17 @@
-"""CPU forward+backward time and peak memory of `selective_scan` backends, side by side.
+"""Forward+backward time and peak memory of the scan backends, side by side.
 
     python scripts/bench_scan.py --lengths 256 1024 2048 4096 --repeats 5 --out runs/bench_scan.json
+    python scripts/bench_scan.py --device cuda --out runs/bench_scan_cuda.json
+
+On CUDA (`--device cuda`, see `cuda_suite`) it runs in one process, synchronising around each timed
+run and reading peak memory from torch's allocator: S6 `selective_scan` at the thesis shape (batch
+32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16), with
+and without resets, for "triton", "torch" and "mamba_ssm" (when importable; it takes no resets);
+`linear_scan` at S5's PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex
+modes) with resets; and `causal_conv1d` ("torch", with and without resets) against a depthwise
+F.conv1d (cuDNN), which takes no resets.
+
+On CPU (the default):
 
 Each (backend, L) runs in two subprocesses. The timing one runs with the default allocator, as a
 user's process does. The memory one reads its peak resident memory (`ru_maxrss` minus the resident
@@ -86,6 +97,115 @@ def worker(mode: str, backend: str, length: int, repeats: int, batch: int, dim: 
     return {"peak_extra_bytes": peak, "peak_ratio": peak / (batch * length * dim * n * 4)}
 
 
+def _cuda_measure(fn, params, repeats: int) -> dict:
+    """Median fwd+bwd milliseconds of fn() over `repeats` runs after two warm-ups (compilation, autotuning),
+    and the peak memory one run allocates beyond what was live before it."""
+    import torch
+
+    def once():
+        for p in params:
+            p.grad = None
+        out = fn()
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+
+    for _ in range(2):
+        once()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        once()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    for p in params:
+        p.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    once()
+    torch.cuda.synchronize()
+    return {"median_ms": round(statistics.median(times), 3), "times_ms": [round(t, 3) for t in times],
+            "peak_mb": round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)}
+
+
+def cuda_suite(args) -> dict:
+    """The CUDA comparison described in the module docstring -> {"rows": [...], "ratios": [...]}."""
+    import torch
+    import torch.nn.functional as F
+
+    from seqssm.ops import causal_conv1d, linear_scan, selective_scan
+    from seqssm.ops.backend import has_mamba_ssm
+
+    device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
+    rows = []
+
+    def record(op, shape, resets, backend, fn, params):
+        try:
+            row = _cuda_measure(fn, params, args.repeats)
+        except torch.cuda.OutOfMemoryError:
+            row = {"error": "out of memory"}
+        torch.cuda.empty_cache()
+        rows.append({"op": op, **shape, "resets": resets, "backend": backend, **row})
+        print(json.dumps(rows[-1]), flush=True)
+
+    s6_shapes = [dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)]
+    s6_shapes += [dict(batch=8, dim=1536, N=16, L=L) for L in (1024, 4096)]
+    for shape in s6_shapes:
+        b, d, n, L = shape["batch"], shape["dim"], shape["N"], shape["L"]
+        torch.manual_seed(0)
+        leaf = lambda *size: torch.randn(*size, device=device, dtype=dtype).requires_grad_()  # noqa: E731
+        u, delta, z, B, C = leaf(b, d, L), leaf(b, d, L), leaf(b, d, L), leaf(b, n, L), leaf(b, n, L)
+        A = (-torch.rand(d, n, device=device) - 0.5).requires_grad_()
+        D, bias = torch.randn(d, device=device, requires_grad=True), torch.randn(d, device=device, requires_grad=True)
+        params = [u, delta, z, B, C, A, D, bias]
+        for with_resets in (False, True):
+            resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
+            for backend in ("triton", "torch", "mamba_ssm"):
+                if backend == "mamba_ssm" and (with_resets or not has_mamba_ssm()):
+                    continue
+                fn = lambda backend=backend, resets=resets: selective_scan(  # noqa: E731
+                    u, delta, A, B, C, D, z, bias, True, resets=resets, backend=backend)
+                record("selective_scan", shape, with_resets, backend, fn, params)
+
+    b, L, modes = 8, 1024, 128
+    a = (0.99 * torch.exp(1j * torch.rand(1, 1, modes, device=device))).to(torch.complex64).requires_grad_()
+    drive = torch.randn(b, L, modes, device=device, dtype=torch.complex64, requires_grad=True)
+    h0 = torch.randn(b, modes, device=device, dtype=torch.complex64, requires_grad=True)
+    resets = torch.rand(b, L, device=device) < 1 / 64
+    for backend in ("triton", "torch"):
+        fn = lambda backend=backend: linear_scan(a, drive, h0, resets, backend=backend).real  # noqa: E731
+        record("linear_scan", dict(batch=b, L=L, modes=modes, complex=True), True, backend, fn, [a, drive, h0])
+
+    for b, d, L in ((32, 232, 4096), (8, 1536, 4096)):
+        x = torch.randn(b, d, L, device=device, dtype=dtype, requires_grad=True)
+        w = torch.randn(d, 4, device=device, requires_grad=True)
+        bias = torch.randn(d, device=device, requires_grad=True)
+        shape = dict(batch=b, dim=d, L=L, K=4)
+        record("causal_conv1d", shape, False, "F.conv1d", lambda: F.conv1d(  # noqa: E731
+            F.pad(x, (3, 0)), w.to(dtype)[:, None], bias.to(dtype), groups=d), [x, w, bias])
+        for with_resets in (False, True):
+            resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
+            record("causal_conv1d", shape, with_resets, "torch", lambda resets=resets: causal_conv1d(  # noqa: E731
+                x, w, bias, resets=resets, backend="torch"), [x, w, bias])
+
+    ratios = []
+    key = lambda r: tuple(sorted((k, v) for k, v in r.items() if k in ("op", "batch", "dim", "N", "L", "modes", "resets")))  # noqa: E731
+    by = {(key(r), r["backend"]): r for r in rows if "median_ms" in r}
+    for (k, backend), r in by.items():
+        if backend != "triton":
+            continue
+        for other in ("torch", "mamba_ssm"):
+            o = by.get((k, other))
+            if o:
+                ratios.append({**dict(k), f"{other}_ms_over_triton_ms": round(o["median_ms"] / r["median_ms"], 2),
+                               f"triton_peak_over_{other}_peak": round(r["peak_mb"] / max(o["peak_mb"], 1e-9), 2)})
+    return {"device": torch.cuda.get_device_name(), "dtype": args.dtype, "repeats": args.repeats,
+            "what": "forward + backward on CUDA; peak_mb = memory one run allocates beyond what was live before",
+            "rows": rows, "ratios": ratios}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048, 4096])
@@ -96,8 +216,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: torch's default)")
     parser.add_argument("--out", default="runs/bench_scan.json")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", default="bfloat16", help="input dtype of the CUDA suite (parameters stay float32)")
     parser.add_argument("--worker", nargs=3, metavar=("MODE", "BACKEND", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.device == "cuda":
+        result = cuda_suite(args)
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+        print(json.dumps(result["ratios"], indent=1))
+        print(f"\nwrote {args.out}")
+        return
     if args.worker:
         mode, backend, length = args.worker
         result = worker(mode, backend, int(length), args.repeats, args.batch, args.dim, args.n, args.threads)

@@ -115,6 +115,38 @@ def test_selective_scan_matches_reference(
         torch.testing.assert_close(g_fast, g_ref, **TOL[dtype])
 
 
+@pytest.mark.parametrize("invariant", ["B", "C", "BC"])
+@pytest.mark.parametrize("groups", [0, 2])
+@pytest.mark.parametrize("chunk_elements", [1 << 21, 96])
+def test_selective_scan_time_invariant_B_C(invariant, groups, chunk_elements, monkeypatch):
+    """B or C of shape (dim, N), as mamba_ssm's selective_scan_fn accepts: the torch path against the reference."""
+    monkeypatch.setattr(selective_scan_module, "_CHUNK_ELEMENTS", chunk_elements)
+    inp = _selective_inputs(torch.float64, groups, True, True, True, True, True)
+    for name in invariant:
+        inp[name] = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    kw = dict(delta_softplus=True, return_last_state=True)
+    fast = selective_scan(**inp, **kw, backend="torch")
+    ref = selective_scan(**inp, **kw, backend="reference")
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x, y, **TOL[torch.float64])
+    leaves = list(inp.values())
+    for g_fast, g_ref in zip(_grads(fast, leaves), _grads(ref, leaves)):
+        torch.testing.assert_close(g_fast, g_ref, **TOL[torch.float64])
+
+
+def test_selective_scan_time_invariant_B_C_follow_the_definition():
+    """The reference with B, C (dim, N) equals the reference with those matrices repeated per step as
+    one group per channel, written out by hand."""
+    inp = _selective_inputs(torch.float64, 0, False, False, False, False, False)
+    B, C = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64)
+    y = selective_scan(**{**inp, "B": B, "C": C}, backend="reference")
+    h = torch.zeros(2, 6, 4, dtype=torch.float64)
+    for t in range(inp["u"].shape[-1]):
+        dA = torch.exp(inp["delta"][..., t, None] * inp["A"])
+        h = dA * h + (inp["delta"][..., t] * inp["u"][..., t])[..., None] * B
+        torch.testing.assert_close(y[..., t], (h * C).sum(-1))
+
+
 @pytest.mark.parametrize("groups", [0, 2])
 @pytest.mark.parametrize("chunk_elements", [1 << 21, 96])
 def test_selective_scan_channels_last_inputs(groups, chunk_elements, monkeypatch):
@@ -191,6 +223,8 @@ def test_selective_scan_bad_shapes_and_backend():
         selective_scan(**{**inp, "A": inp["A"][:, :, None]})
     with pytest.raises(ValueError, match="B must be"):
         selective_scan(**{**inp, "B": inp["B"][:, :-1]})
+    with pytest.raises(ValueError, match="same number of groups"):
+        selective_scan(**{**inp, "B": inp["B"].view(2, 1, 4, -1), "C": inp["C"].view(2, 1, 4, -1).expand(2, 2, 4, -1)})
     with pytest.raises(RuntimeError, match="mamba_ssm"):
         selective_scan(**inp, backend="mamba_ssm")
 
@@ -208,6 +242,11 @@ def test_mamba_ssm_backend_matches_reference_on_cuda():
     pytest.importorskip("mamba_ssm", reason="mamba_ssm (the [cuda] extra) is not installed")
     inp = _selective_inputs(torch.float32, 0, True, True, True, False, False)
     inp = {k: (v.detach().cuda() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}
+    ref = selective_scan(**inp, delta_softplus=True, backend="reference")
+    fast = selective_scan(**inp, delta_softplus=True, backend="mamba_ssm")
+    torch.testing.assert_close(fast, ref, atol=1e-3, rtol=1e-3)
+    # A time-invariant B passes through to mamba_ssm's kernel (float32, like A).
+    inp["B"] = torch.randn(6, 4, device="cuda")
     ref = selective_scan(**inp, delta_softplus=True, backend="reference")
     fast = selective_scan(**inp, delta_softplus=True, backend="mamba_ssm")
     torch.testing.assert_close(fast, ref, atol=1e-3, rtol=1e-3)

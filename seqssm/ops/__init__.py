@@ -1,7 +1,8 @@
 """Numerics only (no nn.Module): scans, SSM kernels, convolutions. Each op has a plain
-reference, a fast pure-PyTorch path and, where installed, the mamba_ssm CUDA path."""
+reference, a fast pure-PyTorch path, a Triton path and, where installed, the mamba_ssm /
+causal_conv1d CUDA path, chosen per call by the registry in `seqssm.ops.backend`."""
 
-from seqssm.ops.backend import BACKENDS, resolve_backend
+from seqssm.ops.backend import backends
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_reference, causal_conv1d_step
 from seqssm.ops.fftconv import fft_conv
 from seqssm.ops.linear import linear_scan, linear_scan_reference
@@ -9,8 +10,7 @@ from seqssm.ops.ssm_kernels import dense_kernel, dplr_kernel, s4d_kernel
 from seqssm.ops.selective import selective_scan, selective_scan_reference, selective_step
 
 __all__ = [
-    "BACKENDS",
-    "resolve_backend",
+    "backends",
     "linear_scan",
     "linear_scan_reference",
     "selective_scan",

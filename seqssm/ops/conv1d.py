@@ -5,8 +5,8 @@
 where inputs before t = 0 come from `initial_state` (batch, dim, K - 1) (zeros when None) and a
 reset at t (resets[b, t] = True) hides every input before t from outputs at t and after.
 Backends: "reference" runs the recurrence step by step; "torch" sums K shifted copies of the
-left-padded input (resets mask the taps); on CUDA "auto" uses the `causal_conv1d` package when it
-is installed and the call has neither an initial state nor resets.
+left-padded input (resets mask the taps), on CPU and on CUDA; on CUDA "auto" prefers the
+`causal_conv1d` package when it is installed and the call has neither an initial state nor resets.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from seqssm.ops.backend import _log_choice, extension_imports
+from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, extension_imports, register
 from seqssm.ops.layout import is_channels_last
 
 
@@ -74,22 +74,15 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
     return (y, state) if return_final_state else y
 
 
-def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, backend: str = "auto"):
-    """Causal depthwise conv: x (batch, dim, L), weight (dim, K), bias (dim,), initial_state (batch, dim, K-1),
-    resets (batch, L) bool -> y (batch, dim, L) [, final state (batch, dim, K-1)]."""
-    _check(x, weight, bias, initial_state, resets)
-    if backend == "reference":
-        return causal_conv1d_reference(x, weight, bias, initial_state, resets, return_final_state)
-    if backend not in ("auto", "torch"):
-        raise ValueError(f"unknown backend {backend!r} for causal_conv1d; choose 'auto', 'torch' or 'reference'")
-    length, k = x.shape[-1], weight.shape[1]
-    if backend == "auto" and initial_state is None and resets is None and x.is_cuda and has_causal_conv1d():
-        _log_choice("causal_conv1d", "causal_conv1d")
-        from causal_conv1d import causal_conv1d_fn
+def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
+    from causal_conv1d import causal_conv1d_fn
 
-        y = causal_conv1d_fn(x, weight, bias)
-        return (y, _final_state(F.pad(x, (k - 1, 0)), None, k)) if return_final_state else y
-    _log_choice("causal_conv1d", "torch")
+    y = causal_conv1d_fn(x, weight, bias)
+    return (y, _final_state(F.pad(x, (weight.shape[1] - 1, 0)), None, weight.shape[1])) if return_final_state else y
+
+
+def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
+    length, k = x.shape[-1], weight.shape[1]
     # Work in the input's memory order: a channels-last x (a transposed (batch, L, dim) tensor, as the
     # Mamba block passes it) is convolved along dim 1 of that tensor, and y keeps the layout.
     channels_last = is_channels_last(x)
@@ -101,6 +94,10 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     # A sum of K shifted, scaled copies: with K = 4 this is as fast as F.conv1d forward on large
     # inputs and far faster on small ones and in the backward pass (measured on CPU: depthwise
     # conv1d backward took >10x longer at (16, 232, 1024)); masking a tap implements resets.
+    # On CUDA it is also the path with a state and resets: K + 2 elementwise kernels whatever L is,
+    # against the scans' time loops a small cost, and exact; cuDNN's depthwise conv1d cannot mask
+    # taps per step, and a Triton kernel would save only those few passes over (batch, dim, L).
+    # scripts/bench_scan.py --device cuda times it against F.conv1d to keep that claim honest.
     mask = _source_mask(resets, length, k, x.device)
     y = None
     for j in range(k):
@@ -116,6 +113,17 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     return (y, _final_state(xp, resets, k)) if return_final_state else y
 
 
+def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, backend: str = "auto"):
+    """Causal depthwise conv: x (batch, dim, L), weight (dim, K), bias (dim,), initial_state (batch, dim, K-1),
+    resets (batch, L) bool -> y (batch, dim, L) [, final state (batch, dim, K-1)].
+    backend: one of `backends("causal_conv1d")`."""
+    _check(x, weight, bias, initial_state, resets)
+    floats = (x, weight, bias, initial_state)
+    call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
+                resets is not None)
+    return choose("causal_conv1d", backend, call)(x, weight, bias, initial_state, resets, return_final_state)
+
+
 def causal_conv1d_step(x_t, state, weight, bias=None):
     """One step: x_t (batch, dim), state (batch, dim, K-1) -> (y_t (batch, dim), next state)."""
     window = torch.cat([state.to(x_t.dtype), x_t.unsqueeze(-1)], dim=-1)
@@ -123,3 +131,10 @@ def causal_conv1d_step(x_t, state, weight, bias=None):
     if bias is not None:
         y = y + bias
     return y, window[..., 1:]
+
+
+register(Backend("causal_conv1d", "reference", causal_conv1d_reference, auto_devices=NEVER))
+register(Backend("causal_conv1d", "causal_conv1d", _causal_conv1d_package, devices=CUDA, auto_devices=CUDA,
+                 dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), initial_state=False, resets=False,
+                 available=lambda: None if has_causal_conv1d() else "causal_conv1d is not installed: pip install 'seqssm[cuda]'"))
+register(Backend("causal_conv1d", "torch", _causal_conv1d_torch))

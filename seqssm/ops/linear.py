@@ -1,13 +1,14 @@
 """First-order linear recurrence h_t = a_t * h_{t-1} + b_t, the primitive under S4D's recurrent
 form, S5, minGRU and the Kalman layer.
 
-Two implementations with one signature:
+Implementations with one signature, registered as backends (`seqssm.ops.backend`):
 - `linear_scan_reference`: the sequential definition, one step per time index.
 - `linear_scan_torch`: a chunked scan. The sequence is cut into K chunks that are scanned
   side by side (T steps on (B, K, F) slices instead of L steps on (B, F) slices), then the chunk
   carries are propagated and folded in with the chunk-local cumulative products of `a`.
   Its backward is the same scan run in reverse on conj(a), so autograd stores only the inputs
   and the output, never per-step graph nodes.
+- `seqssm.ops.triton_scan.linear_scan_triton`: Triton kernels, log-depth scans inside chunks (CUDA).
 Resets (B, L) are applied by zeroing a_t, which is exactly "zero the state before step t".
 """
 
@@ -17,14 +18,18 @@ import math
 
 import torch
 
-from seqssm.ops.backend import resolve_backend
+from seqssm.ops.backend import (
+    COMPLEX, CUDA, NEVER, REAL, Backend, Call, choose, register, triton_device_check, triton_missing,
+)
 
 # Elements per time slice above which scanning chunks side by side stops paying off: past this
 # size one step is bandwidth-bound already, so the plain sequential loop is the fastest.
 _SLICE_TARGET = 1 << 12
 
 
-def _prepare(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
+def broadcast_inputs(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
+    """Check the inputs and bring a, b to one dtype and b's broadcast shape (a as an expanded view)
+    -> (a, b, initial_state); resets are only checked."""
     if b.ndim < 2:
         raise ValueError(f"linear_scan expects b of shape (batch, L, ...), got {tuple(b.shape)}")
     dtype = torch.promote_types(a.dtype, b.dtype)
@@ -35,17 +40,23 @@ def _prepare(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
     a = a.to(dtype).expand(shape)
     b = b.to(dtype).expand(shape)
     batch, length = shape[:2]
-    if resets is not None:
-        if resets.shape != (batch, length):
-            raise ValueError(f"resets must have shape (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
-        keep = ~resets.to(device=a.device, dtype=torch.bool)
-        a = a * keep.view(batch, length, *([1] * (a.ndim - 2))).to(dtype)
+    if resets is not None and resets.shape != (batch, length):
+        raise ValueError(f"resets must have shape (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
     if initial_state is not None:
         if initial_state.shape != (batch, *shape[2:]):
             raise ValueError(
                 f"initial_state must have shape (batch, ...) = {(batch, *shape[2:])}, got {tuple(initial_state.shape)}"
             )
         initial_state = initial_state.to(dtype)
+    return a, b, initial_state
+
+
+def _prepare(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
+    """`broadcast_inputs`, then resets applied by zeroing a where they are set."""
+    a, b, initial_state = broadcast_inputs(a, b, initial_state, resets)
+    if resets is not None:
+        keep = ~resets.to(device=a.device, dtype=torch.bool)
+        a = a * keep.view(*keep.shape, *([1] * (a.ndim - 2))).to(a.dtype)
     return a, b, initial_state
 
 
@@ -139,9 +150,13 @@ def linear_scan(a, b, initial_state=None, resets=None, backend: str = "auto"):
 
     a, b: (batch, L, ...) real or complex, `a` broadcastable to `b`; initial_state (batch, ...)
     or None (zeros); resets (batch, L) bool, True at t zeroes the state before step t.
-    Returns every state h (batch, L, ...). backend: "auto" | "torch" | "reference".
+    Returns every state h (batch, L, ...). backend: one of `backends("linear_scan")`.
     """
-    name = resolve_backend("linear_scan", backend, b.device, cuda_ok=False)
-    if name == "reference":
-        return linear_scan_reference(a, b, initial_state, resets)
-    return linear_scan_torch(a, b, initial_state, resets)
+    call = Call(b.device, (a.dtype, b.dtype), initial_state is not None, resets is not None)
+    return choose("linear_scan", backend, call)(a, b, initial_state, resets)
+
+
+register(Backend("linear_scan", "reference", linear_scan_reference, auto_devices=NEVER, dtypes=REAL | COMPLEX))
+register(Backend("linear_scan", "triton", "seqssm.ops.triton_scan:linear_scan_triton", devices=frozenset({"cuda", "cpu"}),
+                 auto_devices=CUDA, dtypes=REAL | COMPLEX, available=triton_missing, check=triton_device_check))
+register(Backend("linear_scan", "torch", linear_scan_torch, dtypes=REAL | COMPLEX))

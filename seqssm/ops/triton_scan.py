@@ -1,0 +1,262 @@
+"""The Triton backend of `linear_scan` and `selective_scan`: launchers and autograd Functions around
+the kernels of `seqssm.ops.triton_kernels`.
+
+Both scans keep the torch path's memory: the linear scan's backward needs only its inputs and
+output; the selective scan stores the state at the start of every SELECTIVE_CHUNK steps and
+recomputes each chunk's states in the backward pass. On CPU tensors the kernels run in Triton's
+interpreter, which TRITON_INTERPRET=1 allows (the registry refuses CPU tensors otherwise); it is
+slow and meant for tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from seqssm.ops.backend import triton_interpreting
+from seqssm.ops.selective import _finish, _groups
+
+# Time steps per chunk. The selective scan keeps one float32 (batch, dim, N) state per chunk for the
+# backward pass, N * 4 / 32 bytes per element of u: as much as a float16 u for N = 16. The scans inside
+# a chunk are log-depth, so a chunk is as long as the register tiles (BLOCK_D x N x chunk) allow.
+LINEAR_CHUNK = 32
+SELECTIVE_CHUNK = 32
+# Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
+_LINEAR_BLOCK_F = 32
+# Channel blocks tried by the selective scan's autotuner (compiled kernels): each program holds
+# BLOCK_D x N x SELECTIVE_CHUNK tiles in registers, several of them in the backward pass.
+_SELECTIVE_CONFIGS = [(2, 2), (4, 4), (8, 4), (8, 8), (16, 8)]
+
+
+@functools.lru_cache(maxsize=2)
+def _kernels(interpret: bool):
+    """The kernels module, compiled or interpreted. Triton fixes that choice when it decorates a function,
+    so each mode loads triton_kernels.py as a module of its own: both can live in one process."""
+    path = os.path.join(os.path.dirname(__file__), "triton_kernels.py")
+    mode = "interpreted" if interpret else "compiled"
+    spec = importlib.util.spec_from_file_location(f"seqssm.ops._triton_kernels_{mode}", path)
+    module = importlib.util.module_from_spec(spec)
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = interpret
+        spec.loader.exec_module(module)
+    if not interpret:
+        configs = [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in _SELECTIVE_CONFIGS]
+        module.selective_scan_fwd = triton.autotune(configs, key=["e", "n_state", "B_VARIABLE", "C_VARIABLE"])(
+            module.selective_scan_fwd
+        )
+        module.selective_scan_bwd = triton.autotune(
+            configs, key=["e", "n_state", "B_VARIABLE", "C_VARIABLE"], reset_to_zero=["gB_ptr", "gC_ptr"]
+        )(module.selective_scan_bwd)
+    return module
+
+
+def _for(device: torch.device):
+    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
+    interpret = device.type == "cpu" or triton_interpreting()
+    return _kernels(interpret), interpret
+
+
+def _acc(dtype: torch.dtype):
+    return tl.float64 if dtype in (torch.float64, torch.complex128) else tl.float32
+
+
+def _real(x: torch.Tensor | None) -> torch.Tensor | None:
+    return torch.view_as_real(x) if x is not None and x.is_complex() else x
+
+
+# ----------------------------------------------------------------------------------- linear scan
+
+
+class _LinearScanTriton(torch.autograd.Function):
+    """a (B, L, F) (any strides: broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None,
+    resets (B, L) bool or None -> h (B, L, F), all of one real or complex dtype."""
+
+    @staticmethod
+    def forward(ctx, a, b, h0, resets):
+        h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+        _linear_launch("fwd", a, b, h0, resets, h)
+        ctx.save_for_backward(a, h0, resets, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        a, h0, resets, h = ctx.saved_tensors
+        grad_h = grad_h.contiguous()
+        grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
+        grad_h0 = torch.empty_like(h0) if h0 is not None else None
+        _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0)
+        return grad_a, grad_b, grad_h0, None
+
+
+def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
+    kernels, interpret = _for(b.device)
+    batch, length, feat = b.shape
+    complex_ = b.is_complex()
+    a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
+    h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
+    r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
+    block_f = min(_LINEAR_BLOCK_F, triton.next_power_of_2(feat))
+    grid = (batch, triton.cdiv(feat, block_f))
+    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None,
+                 BLOCK_T=LINEAR_CHUNK, BLOCK_F=block_f, ACC=_acc(b.dtype))
+    # An input stands for absent optional tensors (never read; an output there could be overwritten by the
+    # interpreter's copy-back of the unused alias).
+    dummy = a_r
+    if direction == "fwd":
+        b_r = _real(b)
+        kernels.linear_scan_fwd[grid](
+            a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
+            length, feat, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides,
+            **flags,
+        )
+    else:
+        gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
+        kernels.linear_scan_bwd[grid](
+            a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r, gb_r,
+            _real(grad_h0) if grad_h0 is not None else dummy,
+            length, feat, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags,
+        )
+
+
+def linear_scan_triton(a, b, initial_state=None, resets=None):
+    """Triton `linear_scan`: same contract as the reference (a broadcastable to b (batch, L, ...))."""
+    from seqssm.ops.linear import broadcast_inputs
+
+    a, b, h0 = broadcast_inputs(a, b, initial_state, resets)
+    shape = b.shape
+    flat = (shape[0], shape[1], -1)
+    # The kernels index (batch, L, F) with strides: broadcast a stays a view wherever it can.
+    a = a.reshape(flat)
+    b = b.reshape(flat)
+    if b.is_complex() and (a.stride(-1) != 1 or b.stride(-1) != 1):
+        a, b = a.contiguous(), b.contiguous()  # view_as_real needs unit stride on the last dim
+    h0 = h0.reshape(shape[0], -1).contiguous() if h0 is not None else None
+    resets = resets.to(device=b.device, dtype=torch.bool) if resets is not None else None
+    return _LinearScanTriton.apply(a, b, h0, resets).reshape(shape)
+
+
+# --------------------------------------------------------------------------------- selective scan
+
+
+def _bc_layout(M: torch.Tensor):
+    """(variable, strides (batch, group, channel, N, time)) of B or C given as (batch, N, L),
+    (batch, groups, N, L) or time-invariant (dim, N)."""
+    if M.ndim == 2:
+        return False, (0, 0, M.stride(0), M.stride(1), 0)
+    if M.ndim == 3:
+        return True, (M.stride(0), 0, 0, M.stride(1), M.stride(2))
+    return True, (M.stride(0), M.stride(1), 0, M.stride(2), M.stride(3))
+
+
+class _SelectiveScanTriton(torch.autograd.Function):
+    """u, delta (b, dim, L); A (dim, N); B, C variable or time-invariant; delta_bias (dim,) or None;
+    h0 (b, dim, N) or None; resets (b, L) bool or None -> y (b, dim, L) and last state (b, dim, N),
+    both in the compute dtype (float32, or float64 for float64 u)."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, delta_bias, h0, resets, softplus):
+        y, last, starts = _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts=True)
+        ctx.save_for_backward(u, delta, A, B, C, delta_bias, resets, starts)
+        ctx.softplus, ctx.has_h0 = softplus, h0 is not None
+        return y, last
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_last):
+        u, delta, A, B, C, delta_bias, resets, starts = ctx.saved_tensors
+        kernels, interpret = _for(u.device)
+        batch, dim, length = u.shape
+        n = A.shape[1]
+        groups = _groups(B, C)
+        compute = starts.dtype
+        b_var, b_strides = _bc_layout(B)
+        c_var, c_strides = _bc_layout(C)
+        # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
+        grad_y = grad_y.to(compute).contiguous()
+        grad_last = grad_last.to(compute).contiguous() if grad_last is not None else None
+        grad_u = torch.empty(batch, dim, length, dtype=compute, device=u.device)
+        grad_delta = torch.empty_like(grad_u)
+        per_row = (batch, dim, n)
+        grad_A, grad_h0 = starts.new_empty(per_row), starts.new_empty(per_row)
+        grad_B, grad_C = (
+            starts.new_zeros(batch, groups, n, length) if var else starts.new_empty(per_row)
+            for var in (b_var, c_var)
+        )
+        grid, launch = _selective_grid(interpret, batch, groups, dim // groups, n, compute)
+        kernels.selective_scan_bwd[grid](
+            u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
+            starts, grad_y, grad_last if grad_last is not None else starts,
+            grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0,
+            dim, dim // groups, length, n, groups,
+            *u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides,
+            *(resets.stride() if resets is not None else (0, 0)),
+            B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.softplus,
+            HAS_RESETS=resets is not None, HAS_GLAST=grad_last is not None, **launch,
+        )
+        grad_B, grad_C = (
+            (g.view(M.shape) if var else g.sum(0)).to(M.dtype) for g, var, M in ((grad_B, b_var, B), (grad_C, c_var, C))
+        )
+        grad_bias = grad_delta.sum((0, 2)).to(delta_bias.dtype) if delta_bias is not None else None
+        return (
+            grad_u.to(u.dtype), grad_delta.to(delta.dtype), grad_A.sum(0).to(A.dtype), grad_B, grad_C, grad_bias,
+            grad_h0 if ctx.has_h0 else None, None, None,
+        )
+
+
+def _selective_grid(interpret, batch, groups, e, n, compute):
+    """(grid, launch keywords): the autotuner picks BLOCK_D for compiled kernels; the interpreter gets a
+    small fixed block, its cost being per element of the tiles."""
+    launch = dict(BLOCK_N=triton.next_power_of_2(n), BLOCK_T=SELECTIVE_CHUNK, ACC=_acc(compute))
+    if not interpret:
+        grid = lambda meta: (batch, groups, triton.cdiv(e, meta["BLOCK_D"]))  # noqa: E731
+    else:
+        block_d = min(4, triton.next_power_of_2(e))
+        launch["BLOCK_D"] = block_d
+        grid = (batch, groups, triton.cdiv(e, block_d))
+    return grid, launch
+
+
+def _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts):
+    kernels, interpret = _for(u.device)
+    batch, dim, length = u.shape
+    n = A.shape[1]
+    groups = _groups(B, C)
+    compute = torch.promote_types(u.dtype, torch.float32)
+    b_var, b_strides = _bc_layout(B)
+    c_var, c_strides = _bc_layout(C)
+    y = torch.empty(batch, dim, length, dtype=compute, device=u.device)
+    last = torch.empty(batch, dim, n, dtype=compute, device=u.device)
+    chunks = triton.cdiv(length, SELECTIVE_CHUNK)
+    starts = torch.empty(batch, chunks if store_starts else 0, dim, n, dtype=compute, device=u.device)
+    h0 = h0.to(compute).contiguous() if h0 is not None else None
+    grid, launch = _selective_grid(interpret, batch, groups, dim // groups, n, compute)
+    kernels.selective_scan_fwd[grid](
+        u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
+        h0 if h0 is not None else u, y, starts, last,
+        dim, dim // groups, length, n,
+        *u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides,
+        *(resets.stride() if resets is not None else (0, 0)),
+        B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
+        HAS_RESETS=resets is not None, HAS_H0=h0 is not None, STORE_STARTS=store_starts, **launch,
+    )
+    return y, last, starts
+
+
+def selective_scan_triton(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
+    *, initial_state=None, resets=None,
+):
+    """Triton `selective_scan` (same arguments and results as the reference); D and z are applied after the scan."""
+    resets = resets.to(device=u.device, dtype=torch.bool) if resets is not None else None
+    args = (u, delta, A, B, C, delta_bias, initial_state)
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in args):
+        y, last = _SelectiveScanTriton.apply(u, delta, A, B, C, delta_bias, initial_state, resets, delta_softplus)
+    else:  # inference: no chunk-start states to keep
+        y, last, _ = _selective_forward(u, delta, A, B, C, delta_bias, initial_state, resets, delta_softplus,
+                                        store_starts=False)
+    y = _finish(y, u.to(y.dtype), D, z, u.dtype)
+    return (y, last.to(y.dtype)) if return_last_state else y

@@ -1,0 +1,205 @@
+"""The Triton backend of linear_scan and selective_scan against the sequential references: outputs and
+every gradient. On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set per test); the
+`gpu` variants run the same cases compiled on CUDA."""
+
+import pytest
+import torch
+
+from seqssm.ops import linear_scan, selective_scan
+
+pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_CHUNK  # noqa: E402
+
+TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
+       torch.float16: dict(atol=5e-3, rtol=5e-3)}
+DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request, monkeypatch):
+    if request.param == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return torch.device(request.param)
+
+
+def _resets(batch, length, chunk, device):
+    """Random resets plus one at t = 0 and one on the first chunk boundary."""
+    resets = torch.rand(batch, length) < 0.15
+    resets[0, 0] = True
+    if length > chunk:
+        resets[-1, chunk] = True
+    return resets.to(device)
+
+
+def _check(fast, ref, leaves, dtype):
+    fast, ref = (fast,) if torch.is_tensor(fast) else fast, (ref,) if torch.is_tensor(ref) else ref
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x, y, **TOL[dtype])
+    # One random cotangent per output, so that the final state's gradient path is exercised too.
+    cot = [torch.randn_like(y) for y in ref]
+    leaves = [x for x in leaves if x is not None]
+    for name, g_fast, g_ref in zip(range(len(leaves)), torch.autograd.grad(fast, leaves, cot),
+                                   torch.autograd.grad(ref, leaves, cot)):
+        torch.testing.assert_close(g_fast, g_ref, **TOL[dtype], msg=lambda m: f"gradient of leaf {name}: {m}")
+
+
+# ----------------------------------------------------------------------------------- linear scan
+
+LINEAR_CASES = [  # (dtype, L, broadcast a, initial state, resets)
+    (torch.float64, 1, False, True, True),
+    (torch.float64, 17, False, False, False),
+    (torch.float64, LINEAR_CHUNK + 1, True, True, True),
+    (torch.complex128, 17, False, True, True),
+    (torch.complex128, LINEAR_CHUNK + 1, True, True, True),
+    (torch.float16, LINEAR_CHUNK + 1, False, True, True),
+]
+
+
+@pytest.mark.parametrize("dtype,length,broadcast,with_state,with_resets", LINEAR_CASES)
+def test_linear_scan_triton_matches_reference(device, dtype, length, broadcast, with_state, with_resets):
+    batch, feat = 2, 3
+    a = 0.95 * torch.rand(1 if broadcast else batch, 1 if broadcast else length, feat, dtype=torch.float64)
+    if dtype.is_complex:
+        a = a * torch.exp(1j * torch.rand_like(a))
+    a = a.to(device, dtype).requires_grad_()
+    b = torch.randn(batch, length, feat, dtype=dtype, device=device, requires_grad=True)
+    h0 = torch.randn(batch, feat, dtype=dtype, device=device, requires_grad=True) if with_state else None
+    resets = _resets(batch, length, LINEAR_CHUNK, device) if with_resets else None
+    fast = linear_scan(a, b, h0, resets, backend="triton")
+    if dtype == torch.float16:  # the reference in float32 on the same half inputs: Triton accumulates in float32
+        ref = linear_scan(a.float(), b.float(), h0.float(), resets, backend="reference").half()
+    else:
+        ref = linear_scan(a, b, h0, resets, backend="reference")
+    _check(fast, ref, [a, b, h0], torch.float64 if dtype == torch.complex128 else dtype)
+
+
+def test_linear_scan_triton_trailing_dims(device):
+    """(batch, L, H, P) with `a` broadcast over the batch and H: flattened to features, then back."""
+    a = (0.9 * torch.rand(1, 9, 1, 4, dtype=torch.float64, device=device)).requires_grad_()
+    b = torch.randn(2, 9, 3, 4, dtype=torch.float64, device=device, requires_grad=True)
+    _check(linear_scan(a, b, backend="triton"), linear_scan(a, b, backend="reference"), [a, b], torch.float64)
+
+
+# --------------------------------------------------------------------------------- selective scan
+
+# (L, groups (0: B, C are (batch, N, L)), time-invariant ("", "B", "C", "BC"), initial state, resets, softplus + bias)
+SELECTIVE_CASES = [
+    (1, 0, "", True, True, True),
+    (17, 0, "", False, False, False),
+    (17, 2, "", True, True, True),
+    (SELECTIVE_CHUNK + 1, 0, "", True, True, True),
+    (SELECTIVE_CHUNK + 1, 2, "B", True, True, True),
+    (17, 2, "C", True, False, True),
+    (17, 0, "BC", False, True, False),
+]
+
+
+def _selective_inputs(length, groups, invariant, with_state, dtype, device, batch=2, dim=4, n=4):
+    def leaf(*shape, positive=False):
+        x = torch.rand(*shape, dtype=dtype) if positive else torch.randn(*shape, dtype=dtype)
+        return x.to(device).requires_grad_()
+
+    bc = (batch, n, length) if groups == 0 else (batch, groups, n, length)
+    return dict(
+        u=leaf(batch, dim, length), delta=leaf(batch, dim, length, positive=True),
+        A=(-torch.rand(dim, n, dtype=dtype) - 0.1).to(device).requires_grad_(),
+        B=leaf(dim, n) if "B" in invariant else leaf(*bc), C=leaf(dim, n) if "C" in invariant else leaf(*bc),
+        D=leaf(dim), z=leaf(batch, dim, length), delta_bias=leaf(dim),
+        initial_state=leaf(batch, dim, n) if with_state else None,
+    )
+
+
+@pytest.mark.parametrize("length,groups,invariant,with_state,with_resets,softplus", SELECTIVE_CASES)
+def test_selective_scan_triton_matches_reference(device, length, groups, invariant, with_state, with_resets, softplus):
+    inp = _selective_inputs(length, groups, invariant, with_state, torch.float64, device)
+    if not softplus:
+        inp["delta_bias"] = None
+    resets = _resets(2, length, SELECTIVE_CHUNK, device) if with_resets else None
+    kw = dict(delta_softplus=softplus, return_last_state=True, resets=resets)
+    fast = selective_scan(**inp, **kw, backend="triton")
+    ref = selective_scan(**inp, **kw, backend="reference")
+    _check(fast, ref, list(inp.values()), torch.float64)
+
+
+def test_triton_scans_take_expanded_gradients(device):
+    """Loss = sum of the outputs: autograd hands the backward stride-0 gradients."""
+    inp = _selective_inputs(17, 0, "", True, torch.float64, device)
+    grads = [torch.autograd.grad(sum(o.sum() for o in selective_scan(**inp, return_last_state=True, backend=name)),
+                                 list(inp.values())) for name in ("triton", "reference")]
+    for g_fast, g_ref in zip(*grads):
+        torch.testing.assert_close(g_fast, g_ref, **TOL[torch.float64])
+    a = torch.rand(2, 17, 3, dtype=torch.float64, device=device, requires_grad=True)
+    grads = [torch.autograd.grad(linear_scan(a, a, a[:, 0], backend=name).sum(), a) for name in ("triton", "reference")]
+    torch.testing.assert_close(grads[0], grads[1], **TOL[torch.float64])
+
+
+def test_selective_scan_triton_inference_and_channels_last(device):
+    """No autograd (no chunk-start states kept) on channels-last inputs, as the S6 layer passes them."""
+    inp = _selective_inputs(SELECTIVE_CHUNK + 1, 2, "", True, torch.float64, device)
+    inp = {k: v.detach() if v is not None else None for k, v in inp.items()}
+    for name in ("u", "delta", "B", "C", "z"):
+        inp[name] = inp[name].transpose(-1, -2).contiguous().transpose(-1, -2)
+    resets = _resets(2, SELECTIVE_CHUNK + 1, SELECTIVE_CHUNK, device)
+    with torch.no_grad():
+        fast = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="triton")
+        ref = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="reference")
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x, y, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)])
+def test_selective_scan_triton_half_inputs_accumulate_in_float32(device, dtype):
+    """Half inputs, float32 parameters (as under bf16-mixed training): as the reference, which computes in float32."""
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        pytest.skip("the Triton interpreter has no bfloat16 (numpy has none)")
+    inp = _selective_inputs(SELECTIVE_CHUNK + 1, 0, "", True, torch.float32, device)
+    for name in ("u", "delta", "B", "C", "z"):
+        inp[name] = inp[name].detach().to(dtype).requires_grad_()
+    resets = _resets(2, SELECTIVE_CHUNK + 1, SELECTIVE_CHUNK, device)
+    kw = dict(resets=resets, delta_softplus=True, return_last_state=True)
+    fast = selective_scan(**inp, **kw, backend="triton")
+    ref = selective_scan(**inp, **kw, backend="reference")
+    assert fast[0].dtype == dtype
+    tol = dict(atol=2e-2, rtol=2e-2)
+    for x, y in zip(fast, ref):
+        torch.testing.assert_close(x.float(), y.float(), **tol)
+    leaves = list(inp.values())
+    cot = [torch.randn_like(y) for y in ref]
+    for g_fast, g_ref in zip(torch.autograd.grad(fast, leaves, cot), torch.autograd.grad(ref, leaves, cot)):
+        torch.testing.assert_close(g_fast.float(), g_ref.float(), **tol)
+
+
+def test_triton_backend_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        linear_scan(torch.rand(1, 3, 2), torch.rand(1, 3, 2), backend="triton")
+    inp = _selective_inputs(5, 0, "", False, torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        selective_scan(**inp, backend="triton")
+
+
+@pytest.mark.parametrize("layer_name", ["S6", "S5"])
+def test_layers_scan_on_the_triton_path(device, layer_name):
+    """A layer built with backend="triton" scans (state, resets, mask) like the torch path: the layouts and
+    dtypes the layers pass reach the kernels intact."""
+    from seqssm.layers.s5 import S5
+    from seqssm.layers.s6 import S6
+
+    torch.manual_seed(0)
+    make = (lambda b: S6(8, d_state=4, backend=b)) if layer_name == "S6" else (lambda b: S5(8, d_state=8, backend=b))
+    fast, ref = make("triton").to(device), make("torch").to(device)
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 17, 8, device=device)
+    resets = _resets(2, 17, 8, device)
+    mask = torch.ones(2, 17, dtype=torch.bool, device=device)
+    mask[1, 12:] = False
+    state = fast.initial_state(2, device=device)
+    outs = [layer.scan(x, state, resets=resets, mask=mask) for layer in (fast, ref)]
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    params = [list(layer.parameters()) for layer in (fast, ref)]
+    grads = [torch.autograd.grad(out[0].square().sum(), p) for out, p in zip(outs, params)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
