@@ -8,7 +8,7 @@ from ..base import RaggedDataset, holdout_split
 from ..cache import Ragged
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule, to_gray
-from ..io import read_pickle
+from ..io import check_labels, read_pickle
 from ..sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/cifar10)
@@ -20,15 +20,22 @@ GRAY_MEAN, GRAY_STD = (122.6 / 255,), (61.0 / 255,)
 
 
 def read_cifar_batch(path) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, 1024, 3) uint8 row-major pixels, labels (N,)) of one pickled batch."""
+    """(images (N, 1024, 3) uint8 row-major pixels, labels (N,) in 0..9) of one pickled batch."""
     d = read_pickle(path)
-    try:
-        data = np.asarray(d[b"data"], dtype=np.uint8)
-        labels = np.asarray(d[b"labels"], dtype=np.int64)
-    except (KeyError, TypeError) as e:
-        raise DataFormatError(f"{path}: not a CIFAR-10 batch (missing {e})") from None
-    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-        raise DataFormatError(f"{path}: data shape {data.shape} / {len(labels)} labels, expected (N, 3072) / N")
+    fix = "download and extract cifar-10-python.tar.gz again"
+    if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
+        found = sorted(d, key=repr)[:6] if isinstance(d, dict) else type(d).__name__
+        raise DataFormatError(f"{path}: not a CIFAR-10 batch (expected a dict with b'data' and b'labels', found "
+                              f"{found}); {fix}")
+    data = d[b"data"]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        what = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataFormatError(f"{path}: b'data' is a {what}, expected a uint8 array of shape (N, 3072); {fix}")
+    labels = check_labels(d[b"labels"], 10, path, item="image")
+    if len(labels) != len(data):
+        raise DataFormatError(f"{path}: {len(data)} images but {len(labels)} labels; {fix}")
+    if not len(data):
+        raise DataFormatError(f"{path}: the batch holds no images; {fix}")
     # stored channel-major (R plane, G plane, B plane); sequences want (pixel, channel)
     return data.reshape(-1, 3, 1024).transpose(0, 2, 1).copy(), labels
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from ..base import RaggedDataset, SeqDataModule
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import DataFormatError, missing
 from ..sources import download_command
 from .text import read_text_table
@@ -96,9 +96,8 @@ class IMDBDataModule(SeqDataModule):
                 out[split] = ([self.tokenizer.encode(t, self.max_length) for t in texts], labels)
             return out
 
-        stamps = [p for fs in files.values() for p in fs if p.is_file()]
-        spec = {"sources": source_stamp(stamps) + [str(p) for fs in files.values() for p in fs if p.is_dir()],
-                "max_length": self.max_length, "tok": "bytes"}
-        data = cached_splits(self.cache_dir, "imdb", spec, build)
+        # table files, or the review folders of the aclImdb splits
+        sources = [q for fs in files.values() for p in fs for q in ([p / "neg", p / "pos"] if p.is_dir() else [p])]
+        data = cached_splits(self.cache_dir, "imdb", sources, {"max_length": self.max_length, "tok": "bytes"}, build)
         return {"train": RaggedDataset(data["train"]), "val": RaggedDataset(data["test"]),
                 "test": RaggedDataset(data["test"])}

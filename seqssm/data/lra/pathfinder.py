@@ -10,9 +10,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..base import RaggedDataset, SPLIT_SEED
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule
+from ..io import read_text
 from ..png import read_png
 from ..sources import download_command
 
@@ -26,10 +27,10 @@ LAYOUT = """<data_dir>/                 (e.g. data/pathfinder, or the LRA releas
 def read_metadata(level_dir: Path) -> list[tuple[Path, int]]:
     """(image path, label) of every metadata row, files in the integer order of their names."""
     meta = level_dir / "metadata"
-    files = sorted(meta.glob("*.npy"), key=lambda p: int(p.stem) if p.stem.isdigit() else p.stem)
+    files = sorted(meta.glob("*.npy"), key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else p.stem))
     rows = []
     for f in files:
-        for lineno, line in enumerate(f.read_text().splitlines(), start=1):
+        for lineno, line in enumerate(read_text(f).splitlines(), start=1):
             fields = line.split()
             if not fields:
                 continue
@@ -42,6 +43,9 @@ def read_metadata(level_dir: Path) -> list[tuple[Path, int]]:
             except ValueError as e:
                 raise DataFormatError(f"{f}:{lineno}: malformed metadata row ({e}): {line[:80]!r}") from None
             rows.append((level_dir / fields[0] / fields[1], label))
+    if not rows:
+        raise DataFormatError(f"{meta}: {len(files)} metadata file(s) *.npy but no rows in them; the dataset is "
+                              "incomplete: unpack or generate it again")
     return rows
 
 
@@ -101,9 +105,10 @@ class PathfinderDataModule(ImageDataModule):
         if not (self.level_dir / "metadata").is_dir():
             raise missing(self.level_dir / "metadata", LAYOUT.format(res=self.resolution, level=self.level),
                           download_command("pathfinder", self.data_dir, f" --resolution {self.resolution}"))
-        meta = sorted((self.level_dir / "metadata").glob("*.npy"))
-        spec = {"sources": source_stamp(meta), "res": self.resolution, "level": self.level}
-        data = cached_splits(self.cache_dir, f"pathfinder{self.resolution}", spec,
+        # every metadata file and every image: an image restored (or removed) after a build builds afresh
+        sources = [p for p in (self.level_dir / "metadata", self.level_dir / "imgs") if p.exists()]
+        data = cached_splits(self.cache_dir, f"pathfinder{self.resolution}", sources,
+                             {"res": self.resolution, "level": self.level},
                              lambda: {"all": read_pathfinder(self.level_dir, self.resolution)})["all"]
         n = len(data)
         n_val = n_test = int(0.1 * n)
