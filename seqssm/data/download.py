@@ -90,9 +90,13 @@ class DigestRecord:
     def __init__(self, path: Path):
         self.path = path
         try:
-            self.entries: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+            self.entries: dict[str, dict] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        except UnicodeDecodeError:
+            raise DataFormatError(f"{path}: not UTF-8 text; delete it to record the digests afresh") from None
         except json.JSONDecodeError as e:
             raise DataFormatError(f"{path}: not valid JSON ({e}); delete it to record the digests afresh") from None
+        if not isinstance(self.entries, dict):
+            raise DataFormatError(f"{path}: not a JSON object; delete it to record the digests afresh")
 
     def add(self, name: str, digests: Digests) -> None:
         self.entries[name] = {"size": digests.size, "sha256": digests.sha256}

@@ -18,22 +18,28 @@ from .unpickle import UnsafePickleError, load_data_pickle
 
 
 def read_tsv(path: str | Path, n_columns: int, header: tuple[str, ...] | None = None,
-             parse: Callable[[list[str]], object] | None = None) -> Iterator[object]:
-    """Yield `parse(fields)` for each row of a tab-separated file (no quoting, like LRA).
+             parse: Callable[[list[str]], object] | None = None) -> list:
+    """`parse(fields)` of each row of a tab-separated file (no quoting, like LRA).
 
     A row with the wrong number of fields, or one `parse` rejects, raises DataFormatError
-    naming the file and 1-based line number. `header`, if given, must be the first row.
+    naming the file and 1-based line number; so do bytes that are not UTF-8, and a file
+    without rows. `header`, if given, must be the first row.
     """
     path = Path(path)
+    try:
+        rows = list(_tsv_rows(path, n_columns, header, parse))
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    if not rows:
+        raise DataFormatError(f"{path}: no rows (the file is empty or holds only its header); fix the file or "
+                              "fetch it again")
+    return rows
+
+
+def _tsv_rows(path: Path, n_columns: int, header: tuple[str, ...] | None,
+              parse: Callable[[list[str]], object] | None) -> Iterator[object]:
     with open(path, encoding="utf-8", newline="\n") as f:
-        lines = enumerate(f, start=1)
-        while True:
-            try:
-                lineno, line = next(lines)
-            except StopIteration:
-                return
-            except UnicodeDecodeError:
-                raise not_utf8(path) from None
+        for lineno, line in enumerate(f, start=1):
             line = line.rstrip("\r\n")
             if not line:
                 continue
@@ -48,10 +54,9 @@ def read_tsv(path: str | Path, n_columns: int, header: tuple[str, ...] | None = 
                     f"(row starts {line[:60]!r}); fix or delete this row"
                 )
             try:
-                row = parse(fields) if parse else fields
+                yield parse(fields) if parse else fields
             except (ValueError, KeyError) as e:
                 raise DataFormatError(f"{path}:{lineno}: malformed row ({e}): {line[:60]!r}") from None
-            yield row
 
 
 def not_utf8(path: str | Path) -> DataFormatError:

@@ -20,7 +20,7 @@ TEXT_CUT = 10_000  # LRA cuts raw text to 10000 characters before encoding
 
 def read_aan(path) -> list[tuple[int, str, str]]:
     """(label, text1, text2) rows of one AAN TSV."""
-    return list(read_tsv(path, 5, parse=lambda f: (parse_int_label(f[0], 2), f[3], f[4])))
+    return read_tsv(path, 5, parse=lambda f: (parse_int_label(f[0], 2), f[3], f[4]))
 
 
 class AANDataModule(SeqDataModule):

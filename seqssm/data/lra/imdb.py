@@ -8,6 +8,7 @@ from pathlib import Path
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits
 from ..errors import DataFormatError, missing
+from ..io import read_text
 from ..sources import download_command
 from .text import read_text_table
 
@@ -40,7 +41,7 @@ def _acl_split(root: Path) -> tuple[list[str], list[int]]:
     texts, labels = [], []
     for label, sub in ((0, "neg"), (1, "pos")):
         for f in sorted((root / sub).glob("*.txt")):
-            texts.append(f.read_text(encoding="utf-8"))
+            texts.append(read_text(f))
             labels.append(label)
     return texts, labels
 

@@ -21,7 +21,7 @@ SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basi
 
 def read_listops(path: str | Path) -> list[tuple[str, int]]:
     """(source, target) rows of one LRA ListOps TSV."""
-    return list(read_tsv(path, 2, header=("Source", "Target"), parse=lambda f: (f[0], parse_int_label(f[1], 10))))
+    return read_tsv(path, 2, header=("Source", "Target"), parse=lambda f: (f[0], parse_int_label(f[1], 10)))
 
 
 class ListOpsDataModule(SeqDataModule):
