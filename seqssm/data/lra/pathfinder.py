@@ -56,16 +56,17 @@ def read_pathfinder(level_dir: Path, res: int) -> tuple[list[np.ndarray], list[i
         try:
             img = read_png(path)
         except (OSError, DataFormatError) as e:
-            bad.append(f"{path} ({e})")
+            bad.append(str(e))  # names the file
             continue
         if img.shape != (res, res):
             raise DataFormatError(f"{path}: image is {img.shape}, expected ({res}, {res}); wrong `resolution`?")
         images.append(img.reshape(-1))
         labels.append(label)
+    if not images:
+        raise DataFormatError(f"{level_dir}: no readable images (all {len(bad)} listed in metadata/ failed, e.g. "
+                              f"{bad[0] if bad else None}); unpack or generate the dataset again")
     if bad:
         warnings.warn(f"Pathfinder: skipped {len(bad)} unreadable image(s), e.g. {bad[0]}", stacklevel=2)
-    if not images:
-        raise DataFormatError(f"{level_dir}: no readable images")
     return images, labels
 
 
