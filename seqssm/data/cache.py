@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -111,24 +112,37 @@ def cached_splits(
     The hash covers `spec` (how the data is tokenised) and the stamp of every source file or folder
     in `sources` (`source_stamp`), so any change to the inputs builds afresh. `build` returns
     {split: (list of 1-D token arrays, labels)}; the saved form is one `datasets` Arrow dataset per
-    split (memory-mapped when read back).
+    split (memory-mapped when read back). A damaged cache is built afresh, with a warning.
     """
-    import datasets
-
     spec = {**spec, "sources": source_stamp(sources)}
     root = Path(cache_dir) / f"{name}-{cache_key(spec)}"
-    if not (root / "COMPLETE").exists():
-        splits = build()
-        tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+    if (root / "COMPLETE").exists():
         try:
-            for split, (seqs, labels) in splits.items():
-                datasets.Dataset(_to_table(seqs, labels)).save_to_disk(str(tmp / split))
-            (tmp / "spec.json").write_text(json.dumps(spec, indent=1, default=str))
-            (tmp / "COMPLETE").write_text("")
-            shutil.rmtree(root, ignore_errors=True)
-            os.replace(tmp, root)  # atomic: a crashed build never looks complete
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # a failed save (disk full, Ctrl-C) leaves nothing behind
+            return _load(root)
+        except (OSError, ValueError) as e:  # a file deleted or cut short; pyarrow's ArrowInvalid is a ValueError
+            warnings.warn(f"{root}: cached splits unreadable ({e}); building them afresh", stacklevel=2)
+    _save(root, spec, build())
+    return _load(root)
+
+
+def _save(root: Path, spec: dict, splits: dict[str, tuple[list[np.ndarray], list[int]]]) -> None:
+    import datasets
+
+    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for split, (seqs, labels) in splits.items():
+            datasets.Dataset(_to_table(seqs, labels)).save_to_disk(str(tmp / split))
+        (tmp / "spec.json").write_text(json.dumps(spec, indent=1, default=str))
+        (tmp / "COMPLETE").write_text("")
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(tmp, root)  # atomic: a crashed build never looks complete
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save (disk full, Ctrl-C) leaves nothing behind
+
+
+def _load(root: Path) -> dict[str, Ragged]:
+    import datasets
+
     splits = sorted(p.name for p in root.iterdir() if p.is_dir())
     return {s: _from_dataset(datasets.load_from_disk(str(root / s))) for s in splits}

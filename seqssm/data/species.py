@@ -209,6 +209,8 @@ class SpeciesDataModule(SeqDataModule):
                  val_size: int = 2048, test_size: int = 2048, generate: bool = False,
                  generate_length: int = 200_000):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
+        if max_length is None:
+            raise ValueError("max_length (bases per window) must be given for species windows")
         for value, allowed, what in ((task, TASKS, "task"), (sampling, SAMPLINGS, "sampling"),
                                      (train_subset, SUBSETS, "train_subset"), (end_token, ("N", "pad"), "end_token")):
             if value not in allowed:
@@ -222,6 +224,9 @@ class SpeciesDataModule(SeqDataModule):
         self.finetune_chromosomes = {s: SPECIES_SPLITS[s]["train"][0] for s in self.species}
         self.finetune_chromosomes.update(finetune_chromosomes or {})
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        for split, size in self.sizes.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{split}_size must be an integer >= 1 (windows per epoch), got {size!r}")
         self.generate, self.generate_length = generate, generate_length
         self.tokenizer = DNATokenizer()
         self.vocab_size = self.tokenizer.vocab_size

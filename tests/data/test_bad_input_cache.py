@@ -125,3 +125,21 @@ def test_parquet_source_touched(tmp_path):
     dm = IMDBDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache")
     dm.setup()
     assert len(dm.splits["train"]) == 3
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_damaged_cache_is_rebuilt(tmp_path, damage):
+    import numpy as np
+
+    src = tmp_path / "src.txt"
+    src.write_text("x")
+    build = lambda: {"train": ([np.arange(5, dtype=np.uint8)] * 3, [0, 1, 0])}  # noqa: E731
+    cached_splits(tmp_path / "cache", "t", [src], {}, build)
+    arrow = next((tmp_path / "cache").rglob("*.arrow"))
+    if damage == "truncated":
+        arrow.write_bytes(arrow.read_bytes()[:50])
+    else:
+        arrow.unlink()
+    with pytest.warns(UserWarning, match="cached splits unreadable .* building them afresh"):
+        data = cached_splits(tmp_path / "cache", "t", [src], {}, build)
+    assert data["train"].labels.tolist() == [0, 1, 0] and data["train"].seq(2).tolist() == [0, 1, 2, 3, 4]

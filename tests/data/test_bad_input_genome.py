@@ -132,3 +132,12 @@ def test_stale_garbage_index_is_reported(tmp_path):
     os.utime(fai, (os.path.getmtime(folder / "chr12.fna") + 10,) * 2)  # newer than the FASTA: pyfaidx trusts it
     with pytest.raises(DataFormatError, match=r"chr12\.fna.*delete .*chr12\.fna\.fai"):
         setup(tmp_path)
+
+
+@pytest.mark.parametrize("option, value, message", [("max_length", 0, "max_length must be an integer >= 1"),
+                                                    ("max_length", None, "max_length .* must be given"),
+                                                    ("train_size", 0, "train_size must be an integer >= 1"),
+                                                    ("val_size", -2, "val_size must be an integer >= 1")])
+def test_bad_window_options(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        SpeciesDataModule(**{option: value})

@@ -151,3 +151,10 @@ def test_pathfinder_bad_label(tmp_path, label):
     (root / "metadata" / "0.npy").write_text(f"imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1 {label}\n")
     with pytest.raises(DataFormatError, match=r"0\.npy:2: malformed metadata row"):
         PathfinderDataModule(data_dir=tmp_path).setup()
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5])
+def test_holdout_fraction_out_of_range(tmp_path, fraction):
+    write_cifar(tmp_path)
+    with pytest.raises(ValueError, match=rf"val_fraction must be in \[0, 1\), got {fraction}"):
+        CIFAR10DataModule(data_dir=tmp_path, val_fraction=fraction).setup()

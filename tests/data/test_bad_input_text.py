@@ -248,3 +248,12 @@ def test_garbage_digest_record(tmp_path):
             DigestRecord(path)
     path.write_text(json.dumps({"a": {"size": 1, "sha256": "x"}}))
     assert DigestRecord(path).entries["a"]["size"] == 1
+
+
+# -- arguments ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("option, value", [("max_length", 0), ("max_length", -3), ("max_length", 2.5),
+                                           ("batch_size", 0), ("num_workers", -1)])
+@pytest.mark.parametrize("module", [ListOpsDataModule, IMDBDataModule, AANDataModule])
+def test_bad_sizes_are_refused_when_built(module, option, value):
+    with pytest.raises(ValueError, match=rf"{option} must be an integer >= \d, got {value}"):
+        module(**{option: value})
