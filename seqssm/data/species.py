@@ -66,7 +66,7 @@ class Chromosome:
 
     def _open(self, fix: str):
         try:
-            from pyfaidx import Fasta, FastaIndexingError
+            from pyfaidx import FastaIndexingError
         except ImportError:
             raise ImportError("reading FASTA genomes needs pyfaidx: pip install 'seqssm[dna]'") from None
         if self.path.stat().st_size == 0:
@@ -82,8 +82,8 @@ class Chromosome:
                 f"{self.path}: cannot index this FASTA file ({reason}). A FASTA file starts with a "
                 "'>' header line, and every sequence line of a record but the last has the same length: re-wrap it "
                 f"(e.g. `seqkit seq -w 80 in.fna > out.fna`) or {fix}") from None
-        except (ValueError, IndexError, KeyError) as e:  # a .fai newer than the FASTA is trusted, even if garbage
-            raise DataFormatError(f"{self.path}: its index {self.path}.fai is unreadable ({e}); delete "
+        except (ValueError, IndexError, KeyError, StopIteration) as e:  # pyfaidx trusts a .fai newer than the FASTA
+            raise DataFormatError(f"{self.path}: its index {self.path}.fai is unreadable or empty ({e!r}); delete "
                                   f"{self.path}.fai so that it is rebuilt") from None
 
     def _record(self):
@@ -273,15 +273,14 @@ class SpeciesDataModule(SeqDataModule):
                 limit = self.finetune_bases if split == "train" and self.train_subset == "finetune" else None
                 row.append(Region(Chromosome(path, s, c, fix), limit))
                 self._check_window_fits(row[-1], limit)
+                if limit is not None and row[-1].length < limit:
+                    warnings.warn(f"{path}: {row[-1].length} bases, fewer than finetune_bases={limit}", stacklevel=2)
             regions.append(row)
         return regions
 
     def _check_window_fits(self, region: Region, limit: int | None) -> None:
         """Refuse a region shorter than one window: its windows would be mostly padding, labelled as real data."""
         if region.length >= self.max_length:
-            if limit is not None and region.length < limit:
-                warnings.warn(f"{region.chrom.path}: {region.length} bases, fewer than finetune_bases={limit}",
-                              stacklevel=3)
             return
         if limit is not None and limit < self.max_length:
             raise DataFormatError(f"finetune_bases={limit} is shorter than one window (max_length={self.max_length}); "

@@ -125,12 +125,13 @@ def test_text_before_the_first_header_is_refused(tmp_path):
         setup(tmp_path)
 
 
-def test_stale_garbage_index_is_reported(tmp_path):
+@pytest.mark.parametrize("index", ["garbage without tabs\n", ""])
+def test_stale_garbage_index_is_reported(tmp_path, index):
     folder = write_species(tmp_path)
     fai = folder / "chr12.fna.fai"
-    fai.write_text("garbage without tabs\n")
+    fai.write_text(index)
     os.utime(fai, (os.path.getmtime(folder / "chr12.fna") + 10,) * 2)  # newer than the FASTA: pyfaidx trusts it
-    with pytest.raises(DataFormatError, match=r"chr12\.fna.*delete .*chr12\.fna\.fai"):
+    with pytest.raises(DataFormatError, match=r"chr12\.fna: its index .*unreadable or empty.*delete .*chr12\.fna\.fai"):
         setup(tmp_path)
 
 
