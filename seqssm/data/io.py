@@ -107,9 +107,10 @@ def _is_label(value, n_classes: int) -> bool:
             and value == int(value) and 0 <= value < n_classes)
 
 
-def check_labels(labels: Sequence | np.ndarray, n_classes: int, path: str | Path, item: str = "item") -> np.ndarray:
+def check_labels(labels: Sequence | np.ndarray, n_classes: int, path: str | Path, item: str = "item",
+                 fix: str = "fix the file or fetch it again") -> np.ndarray:
     """int64 (N,) copy of `labels` if each is an integer in [0, n_classes); else DataFormatError naming
-    `path`, the first bad `item` (counted from 0), its value and the valid range."""
+    `path`, the first bad `item` (counted from 0), its value, the valid range and the `fix`."""
     array = np.asarray(labels)
     if array.dtype.kind not in "iuf" and not isinstance(labels, np.ndarray):
         array = np.asarray(labels, dtype=object)  # keep each value as given, e.g. [0, "x"] is not all strings
@@ -126,7 +127,7 @@ def check_labels(labels: Sequence | np.ndarray, n_classes: int, path: str | Path
         value = array[i].item() if isinstance(array[i], np.generic) else array[i]
         raise DataFormatError(
             f"{path}: {item} {i} (counting from 0) has label {value!r}, expected an integer in 0..{n_classes - 1} "
-            f"({len(bad)} bad label(s) in all); fix the file or fetch it again")
+            f"({len(bad)} bad label(s) in all); {fix}")
     return array.astype(np.int64)
 
 
@@ -172,9 +173,10 @@ def write_idx(path: str | Path, array: np.ndarray) -> None:
         f.write(blob)
 
 
-def read_pickle(path: str | Path, fix: str = "download and extract cifar-10-python.tar.gz again"):
+def read_pickle(path: str | Path, fix: str):
     """Unpickle a data file (Python 2 strings as bytes) without running code: only numpy arrays and plain
-    containers are admitted. A disallowed global, or a corrupt / truncated file, raises DataFormatError."""
+    containers are admitted. A disallowed global, or a corrupt / truncated file, raises DataFormatError
+    ending in `fix` (what to do)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -182,9 +184,9 @@ def read_pickle(path: str | Path, fix: str = "download and extract cifar-10-pyth
     except UnsafePickleError as e:
         raise DataFormatError(
             f"{path}: refused to unpickle {e.qualname}: a data file holds only arrays, lists, dicts, strings and "
-            f"numbers, so this one is not the published file and may carry code (nothing was run); delete it and {fix}"
+            f"numbers, so this one is not the published file and may carry code (nothing was run); {fix}"
         ) from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
         raise DataFormatError(
-            f"{path}: cannot unpickle ({type(e).__name__}: {e}); the file is truncated or corrupt, {fix}"
+            f"{path}: cannot unpickle ({type(e).__name__}: {e}); the file is truncated or corrupt; {fix}"
         ) from None

@@ -41,7 +41,7 @@ def read_mnist(data_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(images (N, 784) uint8, labels (N,) in 0..9) of "train" or "test"."""
     img_path, lab_path = (_find(data_dir, name) for name in FILES[split])
     images, labels = read_idx(img_path), read_idx(lab_path)
-    fix = "download it again (`seqssm data download mnist`)"
+    fix = f"delete the damaged file and run:\n    {download_command('mnist', data_dir)}"
     if images.dtype != np.uint8 or images.ndim != 3:
         raise DataFormatError(f"{img_path}: holds {images.dtype.str.replace('|', '')} values of shape {images.shape}, "
                               f"expected unsigned bytes of shape (N, rows, columns); {fix}")
@@ -50,7 +50,7 @@ def read_mnist(data_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     if labels.ndim != 1 or len(images) != len(labels):
         raise DataFormatError(f"{img_path} holds {len(images)} images but {lab_path} holds {labels.shape[0] if labels.ndim else 0} "
                               f"labels (shape {labels.shape}); {fix}")
-    return images.reshape(len(images), -1), check_labels(labels, 10, lab_path, item="image")
+    return images.reshape(len(images), -1), check_labels(labels, 10, lab_path, item="image", fix=fix)
 
 
 class SMNISTDataModule(ImageDataModule):

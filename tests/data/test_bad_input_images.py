@@ -25,7 +25,8 @@ def write_mnist(root, n=12, labels=None, images=None):
 def test_mnist_label_out_of_range_at_read_time(tmp_path):
     write_mnist(tmp_path, labels=np.array([0, 1, 2, 12, 4, 5, 6, 7, 8, 9, 0, 1]))
     with pytest.raises(DataFormatError, match=r"train-labels-idx1-ubyte: image 3 \(counting from 0\) has label 12, "
-                                              r"expected an integer in 0\.\.9"):
+                                              r"expected an integer in 0\.\.9 .*delete the damaged file and run:\s+"
+                                              r"seqssm data download mnist"):
         SMNISTDataModule(data_dir=tmp_path).setup()
 
 
@@ -99,7 +100,7 @@ def test_cifar_wrong_typed_batches(tmp_path, batch, message):
 def test_cifar_garbage_bytes(tmp_path, blob):
     path = write_cifar(tmp_path)
     path.write_bytes(blob)
-    with pytest.raises(DataFormatError, match=r"data_batch_2: cannot unpickle .*download and extract"):
+    with pytest.raises(DataFormatError, match=r"data_batch_2: cannot unpickle .*delete it and run:\s+seqssm data download cifar10"):
         CIFAR10DataModule(data_dir=tmp_path).setup()
 
 

@@ -71,7 +71,7 @@ def test_hand_written_protocol0_payload(tmp_path):
     path = tmp_path / "data_batch_1"
     path.write_bytes(f"cos\nsystem\n(S'touch {marker}'\ntR.".encode())
     with pytest.raises(DataFormatError, match=r"data_batch_1: refused to unpickle os\.system"):
-        read_pickle(path)
+        read_pickle(path, fix="fetch it again")
     assert not marker.exists()
 
 
