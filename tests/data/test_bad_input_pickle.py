@@ -5,6 +5,7 @@ import builtins
 import functools
 import os
 import pickle
+import struct
 import subprocess
 
 import numpy as np
@@ -101,17 +102,31 @@ def test_published_batch_layouts_still_load(tmp_path, protocol):
     assert np.array_equal(images, batch[b"data"].reshape(-1, 3, 1024).transpose(0, 2, 1))
 
 
-def test_python2_style_batch_loads(tmp_path):
-    """The published batches were written by Python 2 with numpy 1: `numpy.core.multiarray._reconstruct` and
-    byte strings; rewrite a protocol-2 pickle to name numpy's old module."""
-    batch = cifar_batch()
-    blob = pickle.dumps(batch, protocol=2)
-    old = blob.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
-    assert old != blob or b"numpy.core.multiarray" in blob
+def python2_batch(data: bytes, labels: list[int]) -> bytes:
+    """A batch as Python 2's cPickle (protocol 2) with numpy 1 wrote the published files: byte strings
+    (SHORT_BINSTRING), `numpy.core.multiarray._reconstruct`, a dtype built from b"u1", the pixels as one BINSTRING."""
+    def short(b):
+        return b"U" + bytes([len(b)]) + b
+
+    n = len(data) // 3072
+    return (b"\x80\x02}(" + short(b"data")
+            + b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85" + short(b"b") + b"\x87R"
+            + b"(K\x01K" + bytes([n]) + b"M\x00\x0c\x86" + b"cnumpy\ndtype\n" + short(b"u1") + b"K\x00K\x01\x87R"
+            + b"(K\x03" + short(b"|") + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+            + b"\x89T" + struct.pack("<I", len(data)) + data + b"tb"
+            + short(b"labels") + b"](" + b"".join(b"K" + bytes([y]) for y in labels) + b"e"
+            + short(b"batch_label") + short(b"training batch 1 of 5") + b"u.")
+
+
+def test_python2_batch_loads(tmp_path):
+    pixels = np.arange(2 * 3072).astype(np.uint8)
+    blob = python2_batch(pixels.tobytes(), [3, 7])
+    reference = pickle.loads(blob, encoding="bytes")  # what the unrestricted reader made of it
     path = tmp_path / "data_batch_1"
-    path.write_bytes(old)
+    path.write_bytes(blob)
     images, labels = read_cifar_batch(path)
-    assert labels.tolist() == [0, 1, 2, 3] and images.shape == (4, 1024, 3)
+    assert labels.tolist() == [3, 7] == reference[b"labels"]
+    assert np.array_equal(images, reference[b"data"].reshape(-1, 3, 1024).transpose(0, 2, 1))
 
 
 def test_arrow_extension_pickle_never_runs(tmp_path):
