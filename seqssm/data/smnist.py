@@ -48,8 +48,8 @@ def read_mnist(data_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     if not len(images):
         raise DataFormatError(f"{img_path}: holds no images; {fix}")
     if labels.ndim != 1 or len(images) != len(labels):
-        raise DataFormatError(f"{img_path} holds {len(images)} images but {lab_path} holds {labels.shape[0] if labels.ndim else 0} "
-                              f"labels (shape {labels.shape}); {fix}")
+        raise DataFormatError(f"{img_path} holds {len(images)} images but {lab_path} holds labels of shape "
+                              f"{labels.shape}, expected ({len(images)},); {fix}")
     return images.reshape(len(images), -1), check_labels(labels, 10, lab_path, item="image", fix=fix)
 
 

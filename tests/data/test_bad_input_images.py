@@ -32,16 +32,19 @@ def test_mnist_label_out_of_range_at_read_time(tmp_path):
 
 def test_mnist_images_of_the_wrong_type(tmp_path):
     write_mnist(tmp_path)
-    blob = bytes([0, 0, 0x0D, 3]) + b"".join(struct.pack(">I", s) for s in (12, 28, 28)) + np.zeros(12 * 784, ">f4").tobytes()
+    header = bytes([0, 0, 0x0D, 3]) + b"".join(struct.pack(">I", s) for s in (12, 28, 28))  # 0x0D: float32
+    blob = header + np.zeros(12 * 784, ">f4").tobytes()
     (tmp_path / "train-images-idx3-ubyte").write_bytes(blob)
-    with pytest.raises(DataFormatError, match=r"train-images-idx3-ubyte: holds >f4 values of shape \(12, 28, 28\), expected unsigned bytes"):
+    with pytest.raises(DataFormatError, match=r"train-images-idx3-ubyte: holds >f4 values of shape \(12, 28, 28\), "
+                                              r"expected unsigned bytes"):
         SMNISTDataModule(data_dir=tmp_path).setup()
 
 
 def test_mnist_images_and_labels_disagree(tmp_path):
     write_mnist(tmp_path)
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.arange(5))
-    with pytest.raises(DataFormatError, match=r"t10k-images-idx3-ubyte.*12 images.*t10k-labels-idx1-ubyte.*5 labels"):
+    with pytest.raises(DataFormatError, match=r"t10k-images-idx3-ubyte holds 12 images but .*t10k-labels-idx1-ubyte "
+                                              r"holds labels of shape \(5,\), expected \(12,\)"):
         SMNISTDataModule(data_dir=tmp_path).setup()
 
 
@@ -100,7 +103,8 @@ def test_cifar_wrong_typed_batches(tmp_path, batch, message):
 def test_cifar_garbage_bytes(tmp_path, blob):
     path = write_cifar(tmp_path)
     path.write_bytes(blob)
-    with pytest.raises(DataFormatError, match=r"data_batch_2: cannot unpickle .*delete it and run:\s+seqssm data download cifar10"):
+    with pytest.raises(DataFormatError, match=r"data_batch_2: cannot unpickle .*delete it and run:\s+"
+                                              r"seqssm data download cifar10"):
         CIFAR10DataModule(data_dir=tmp_path).setup()
 
 

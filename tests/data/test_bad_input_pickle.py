@@ -83,7 +83,8 @@ def test_payload_through_the_datamodule(tmp_path):
     root.mkdir()
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         (root / name).write_bytes(pickle.dumps(cifar_batch()))
-    (root / "data_batch_3").write_bytes(pickle.dumps(cifar_batch(extra={b"x": Payload(os.system, f"touch '{marker}'")})))
+    payload = Payload(os.system, f"touch '{marker}'")
+    (root / "data_batch_3").write_bytes(pickle.dumps(cifar_batch(extra={b"x": payload})))
     with pytest.raises(DataFormatError, match="data_batch_3: refused to unpickle"):
         CIFAR10DataModule(data_dir=tmp_path).setup()
     assert not marker.exists()
@@ -91,7 +92,7 @@ def test_payload_through_the_datamodule(tmp_path):
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_published_batch_layouts_still_load(tmp_path, protocol):
-    """What real batches hold (uint8 array, int labels, bytes, numpy scalars, filename lists) loads at every protocol."""
+    """What real batches hold (uint8 array, int labels, bytes, numpy scalars, file names) loads at every protocol."""
     batch = {b"batch_label": b"training batch 1 of 5", b"labels": [np.int64(3), 7, 0, 9],
              b"data": np.arange(4 * 3072, dtype=np.int64).reshape(4, 3072).astype(np.uint8),
              b"filenames": [b"a.png", b"b.png", b"c.png", b"d.png"]}
@@ -170,7 +171,8 @@ def test_no_unrestricted_unpickling_in_the_data_package():
     offenders = []
     for path in root.rglob("*.py"):
         text = path.read_text()
-        for needle in ("pickle.load(", "pickle.loads(", "torch.load(", "allow_pickle=True", "np.load(", "dill", "joblib"):
+        needles = ("pickle.load(", "pickle.loads(", "torch.load(", "allow_pickle=True", "np.load(", "dill", "joblib")
+        for needle in needles:
             if needle in text and path.name != "unpickle.py":
                 offenders.append(f"{path.relative_to(root)}: {needle}")
     assert offenders == [], offenders

@@ -70,7 +70,8 @@ def test_listops_labels(tmp_path, label):
 def test_aan_labels(tmp_path, label):
     for split in ("train", "eval", "test"):
         (tmp_path / f"new_aan_pairs.{split}.tsv").write_text(f"1\ta\tb\tx\ty\n{label}\tc\td\tx\ty\n")
-    with pytest.raises(DataFormatError, match=rf"new_aan_pairs\.train\.tsv:2: .*label '{label}' is not an integer in 0\.\.1"):
+    with pytest.raises(DataFormatError,
+                       match=rf"new_aan_pairs\.train\.tsv:2: .*label '{label}' is not an integer in 0\.\.1"):
         AANDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache").setup()
 
 
@@ -173,7 +174,8 @@ def test_non_utf8_listops_and_aan(tmp_path):
     blob = b"Source\tTarget\n( [MAX 2 3 ] )\t3\n\xff\t1\n"
     (tmp_path / "basic_test.tsv").write_bytes(blob)
     offset = blob.index(b"\xff")
-    with pytest.raises(DataFormatError, match=rf"basic_test\.tsv: not UTF-8 text: line 3 \(byte offset {offset}\) holds byte 0xff"):
+    with pytest.raises(DataFormatError,
+                       match=rf"basic_test\.tsv: not UTF-8 text: line 3 \(byte offset {offset}\) holds byte 0xff"):
         ListOpsDataModule(data_dir=tmp_path, cache_dir=tmp_path / "c").setup()
     for split in ("train", "eval", "test"):
         (tmp_path / f"new_aan_pairs.{split}.tsv").write_text("1\ta\tb\tx\ty\n")

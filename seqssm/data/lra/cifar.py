@@ -19,7 +19,8 @@ RGB_MEAN, RGB_STD = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
 GRAY_MEAN, GRAY_STD = (122.6 / 255,), (61.0 / 255,)
 
 
-def read_cifar_batch(path, fix: str = "delete it and download cifar-10-python.tar.gz again") -> tuple[np.ndarray, np.ndarray]:
+def read_cifar_batch(path, fix: str = "delete it and unpack cifar-10-python.tar.gz again"
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """(images (N, 1024, 3) uint8 row-major pixels, labels (N,) in 0..9) of one pickled batch; errors end in `fix`."""
     d = read_pickle(path, fix)
     if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:

@@ -27,7 +27,8 @@ LAYOUT = """<data_dir>/                 (e.g. data/pathfinder, or the LRA releas
 def read_metadata(level_dir: Path) -> list[tuple[Path, int]]:
     """(image path, label) of every metadata row, files in the integer order of their names."""
     meta = level_dir / "metadata"
-    files = sorted(meta.glob("*.npy"), key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else p.stem))
+    numbered = lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else p.stem)  # noqa: E731
+    files = sorted(meta.glob("*.npy"), key=numbered)
     rows = []
     for f in files:
         for lineno, line in enumerate(read_text(f).splitlines(), start=1):
