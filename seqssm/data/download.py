@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
 from .extract import bar_disabled, is_complete, unpack
+from .io import write_text_atomic
 from .sources import DATASETS, Dataset, SourceFile
 
 MIRROR_ENV = "SEQSSM_DATA_MIRROR"
@@ -100,9 +101,7 @@ class DigestRecord:
 
     def add(self, name: str, digests: Digests) -> None:
         self.entries[name] = {"size": digests.size, "sha256": digests.sha256}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
 
 
 def expected_digests(source: SourceFile, record: DigestRecord) -> dict | None:

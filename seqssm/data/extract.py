@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from tqdm.auto import tqdm
 
 from .errors import CorruptFileError
+from .io import write_text_atomic
 from .sources import Dataset
 
 MARKER = ".seqssm-download.json"  # in a dataset folder: which files it was unpacked from
@@ -77,9 +78,7 @@ def commit(staging: Path, folder: Path, marker: dict) -> None:
         elif target.exists() or target.is_symlink():
             target.unlink()
         os.replace(entry, target)
-    tmp = folder / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(tmp, folder / MARKER)
+    write_text_atomic(folder / MARKER, json.dumps(marker, indent=1) + "\n")
 
 
 def gunzip_file(src: Path, dest: Path, fix: str = "download it again") -> None:
