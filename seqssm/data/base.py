@@ -42,6 +42,8 @@ class RaggedDataset(Dataset):
 
 def holdout_split(n: int, fraction: float, seed: int = SPLIT_SEED) -> tuple[np.ndarray, np.ndarray]:
     """(train indices, held-out indices) as torch's `random_split(n, [n - k, k])` with `seed`."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"val_fraction must be in [0, 1), got {fraction!r}")
     k = int(round(n * fraction))
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
     return perm[: n - k], perm[n - k :]
@@ -59,6 +61,10 @@ class SeqDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str | Path | None = None, batch_size: int = 32, num_workers: int = 0,
                  max_length: int | None = None, seed: int = 42, cache_dir: str | Path | None = None):
         super().__init__()
+        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                                   ("max_length", max_length, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self.data_dir = Path(data_dir) if data_dir is not None else Path("data") / self.name
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.data_dir / ".cache"
         self.batch_size = batch_size

@@ -6,8 +6,9 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -49,12 +50,29 @@ class Ragged:
 
 
 def source_stamp(paths: Iterable[str | Path]) -> list:
-    """(path, size, mtime) of each existing file: changes whenever the source data changes."""
+    """[path, size, mtime] of each file, and of each folder [path, files, bytes, digest of every file's relative
+    path, size and mtime] (recursively): changes whenever any source file is added, removed, resized or touched."""
     out = []
     for p in sorted(str(p) for p in paths):
-        st = os.stat(p)
-        out.append([os.path.abspath(p), st.st_size, st.st_mtime_ns])
+        if os.path.isdir(p):
+            files = sorted(_tree_files(p))
+            digest = hashlib.sha1("\n".join(f"{rel}\t{size}\t{mtime}" for rel, size, mtime in files).encode())
+            out.append([os.path.abspath(p), len(files), sum(f[1] for f in files), digest.hexdigest()])
+        else:
+            st = os.stat(p)
+            out.append([os.path.abspath(p), st.st_size, st.st_mtime_ns])
     return out
+
+
+def _tree_files(root: str, prefix: str = "") -> Iterator[tuple[str, int, int]]:
+    """(path relative to root, size, mtime_ns) of every file below `root`: one scandir stat per file."""
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                yield from _tree_files(entry.path, prefix + entry.name + "/")
+            elif entry.is_file():
+                st = entry.stat()
+                yield prefix + entry.name, st.st_size, st.st_mtime_ns
 
 
 def cache_key(spec: dict) -> str:
@@ -85,27 +103,46 @@ def _from_dataset(ds) -> Ragged:
 def cached_splits(
     cache_dir: str | Path,
     name: str,
+    sources: Iterable[str | Path],
     spec: dict,
     build: Callable[[], dict[str, tuple[list[np.ndarray], list[int]]]],
 ) -> dict[str, Ragged]:
-    """Load `name`'s splits from `cache_dir/name-<hash(spec)>`, or `build()` and save them first.
+    """Load `name`'s splits from `cache_dir/name-<hash>`, or `build()` and save them first.
 
-    `build` returns {split: (list of 1-D token arrays, labels)}. The saved form is one
-    `datasets` Arrow dataset per split (memory-mapped when read back).
+    The hash covers `spec` (how the data is tokenised) and the stamp of every source file or folder
+    in `sources` (`source_stamp`), so any change to the inputs builds afresh. `build` returns
+    {split: (list of 1-D token arrays, labels)}; the saved form is one `datasets` Arrow dataset per
+    split (memory-mapped when read back). A damaged cache is built afresh, with a warning.
     """
+    spec = {**spec, "sources": source_stamp(sources)}
+    root = Path(cache_dir) / f"{name}-{cache_key(spec)}"
+    if (root / "COMPLETE").exists():
+        try:
+            return _load(root)
+        except (OSError, ValueError) as e:  # a file deleted or cut short; pyarrow's ArrowInvalid is a ValueError
+            warnings.warn(f"{root}: cached splits unreadable ({e}); building them afresh", stacklevel=2)
+    _save(root, spec, build())
+    return _load(root)
+
+
+def _save(root: Path, spec: dict, splits: dict[str, tuple[list[np.ndarray], list[int]]]) -> None:
     import datasets
 
-    root = Path(cache_dir) / f"{name}-{cache_key(spec)}"
-    done = root / "COMPLETE"
-    if not done.exists():
-        splits = build()
-        tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
         for split, (seqs, labels) in splits.items():
             datasets.Dataset(_to_table(seqs, labels)).save_to_disk(str(tmp / split))
         (tmp / "spec.json").write_text(json.dumps(spec, indent=1, default=str))
         (tmp / "COMPLETE").write_text("")
         shutil.rmtree(root, ignore_errors=True)
         os.replace(tmp, root)  # atomic: a crashed build never looks complete
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save (disk full, Ctrl-C) leaves nothing behind
+
+
+def _load(root: Path) -> dict[str, Ragged]:
+    import datasets
+
     splits = sorted(p.name for p in root.iterdir() if p.is_dir())
     return {s: _from_dataset(datasets.load_from_disk(str(root / s))) for s in splits}

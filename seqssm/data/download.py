@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
 from .extract import bar_disabled, is_complete, unpack
+from .io import write_text_atomic
 from .sources import DATASETS, Dataset, SourceFile
 
 MIRROR_ENV = "SEQSSM_DATA_MIRROR"
@@ -90,15 +91,17 @@ class DigestRecord:
     def __init__(self, path: Path):
         self.path = path
         try:
-            self.entries: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+            self.entries: dict[str, dict] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        except UnicodeDecodeError:
+            raise DataFormatError(f"{path}: not UTF-8 text; delete it to record the digests afresh") from None
         except json.JSONDecodeError as e:
             raise DataFormatError(f"{path}: not valid JSON ({e}); delete it to record the digests afresh") from None
+        if not isinstance(self.entries, dict):
+            raise DataFormatError(f"{path}: not a JSON object; delete it to record the digests afresh")
 
     def add(self, name: str, digests: Digests) -> None:
         self.entries[name] = {"size": digests.size, "sha256": digests.sha256}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
 
 
 def expected_digests(source: SourceFile, record: DigestRecord) -> dict | None:

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from tqdm.auto import tqdm
 
 from .errors import CorruptFileError
+from .io import write_text_atomic
 from .sources import Dataset
 
 MARKER = ".seqssm-download.json"  # in a dataset folder: which files it was unpacked from
@@ -77,18 +78,24 @@ def commit(staging: Path, folder: Path, marker: dict) -> None:
         elif target.exists() or target.is_symlink():
             target.unlink()
         os.replace(entry, target)
-    tmp = folder / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(tmp, folder / MARKER)
+    write_text_atomic(folder / MARKER, json.dumps(marker, indent=1) + "\n")
 
 
-def gunzip_file(src: Path, dest: Path) -> None:
-    """Decompress `src` into `dest`; gzip's CRC and length checks reject a corrupt or truncated file."""
+def gunzip_file(src: Path, dest: Path, fix: str = "download it again") -> None:
+    """Decompress `src` into `dest` through a temporary beside it, so `dest` appears only complete.
+
+    gzip's CRC and length checks reject a corrupt or truncated file (CorruptFileError ending in `fix`);
+    on that or any other failure (a full disk, Ctrl-C) the temporary is removed.
+    """
+    tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
     try:
-        with gzip.open(src, "rb") as fin, open(dest, "wb") as fout:
+        with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
-    except (OSError, EOFError) as e:
-        raise CorruptFileError(src, f"{src}: cannot gunzip ({e}); the file is corrupt or truncated") from None
+        os.replace(tmp, dest)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise CorruptFileError(src, f"{src}: truncated or corrupt gzip file, cannot unzip it ({e}); {fix}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None = None) -> None:

@@ -84,6 +84,8 @@ def decode_png(blob: bytes) -> np.ndarray:
         if len(data) != length:
             raise DataFormatError("truncated PNG chunk")
         if kind == b"IHDR":
+            if length != 13:
+                raise DataFormatError(f"PNG IHDR chunk of {length} bytes, expected 13")
             header = struct.unpack(">IIBBBBB", data)
         elif kind == b"IDAT":
             idat.append(data)
@@ -109,15 +111,18 @@ def decode_png(blob: bytes) -> np.ndarray:
 
 
 def read_png(path: str | Path) -> np.ndarray:
-    """(H, W) uint8 grayscale image of a PNG file; Pillow is used when installed."""
+    """(H, W) uint8 grayscale image of a PNG file; Pillow is used when installed. Errors name the file."""
     blob = Path(path).read_bytes()
     try:
         from PIL import Image  # noqa: PLC0415 - optional, faster and more complete
     except ImportError:
-        return decode_png(blob)
+        try:
+            return decode_png(blob)
+        except DataFormatError as e:
+            raise DataFormatError(f"{path}: {e}") from None
     import io
 
     try:
         return np.asarray(Image.open(io.BytesIO(blob)).convert("L"))
     except Exception as e:  # Pillow raises several unrelated types for bad files
-        raise DataFormatError(f"cannot decode PNG ({e})") from None
+        raise DataFormatError(f"{path}: cannot decode PNG ({e})") from None

@@ -10,7 +10,7 @@ from .base import RaggedDataset, holdout_split
 from .cache import Ragged
 from .errors import DataFormatError, missing
 from .images import ImageDataModule
-from .io import read_idx
+from .io import check_labels, read_idx
 from .sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/mnist; files may end in .gz)
@@ -38,13 +38,19 @@ def _find(data_dir: Path, name: str) -> Path:
 
 
 def read_mnist(data_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, 784) uint8, labels (N,)) of "train" or "test"."""
-    img_name, lab_name = FILES[split]
-    images = read_idx(_find(data_dir, img_name))
-    labels = read_idx(_find(data_dir, lab_name))
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise DataFormatError(f"{data_dir}: {split} images {images.shape} and labels {labels.shape} do not match")
-    return images.reshape(len(images), -1), labels.astype(np.int64)
+    """(images (N, 784) uint8, labels (N,) in 0..9) of "train" or "test"."""
+    img_path, lab_path = (_find(data_dir, name) for name in FILES[split])
+    images, labels = read_idx(img_path), read_idx(lab_path)
+    fix = f"delete the damaged file and run:\n    {download_command('mnist', data_dir)}"
+    if images.dtype != np.uint8 or images.ndim != 3:
+        raise DataFormatError(f"{img_path}: holds {images.dtype.str.replace('|', '')} values of shape {images.shape}, "
+                              f"expected unsigned bytes of shape (N, rows, columns); {fix}")
+    if not len(images):
+        raise DataFormatError(f"{img_path}: holds no images; {fix}")
+    if labels.ndim != 1 or len(images) != len(labels):
+        raise DataFormatError(f"{img_path} holds {len(images)} images but {lab_path} holds labels of shape "
+                              f"{labels.shape}, expected ({len(images)},); {fix}")
+    return images.reshape(len(images), -1), check_labels(labels, 10, lab_path, item="image", fix=fix)
 
 
 class SMNISTDataModule(ImageDataModule):

@@ -14,9 +14,7 @@ uniformly, and read a window of `max_length` bases. Two window rules:
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -27,7 +25,9 @@ from torch.utils.data import Dataset, Sampler
 
 from .base import SeqDataModule
 from .collate import PadCollate
-from .errors import missing
+from .errors import DataFormatError, missing
+from .extract import gunzip_file
+from .io import not_utf8
 from .sources import download_command
 from .species_splits import _STD_TEST, _STD_VALID, DEFAULT_SPECIES, SPECIES_SPLITS
 from .tokenizers import DNATokenizer
@@ -38,8 +38,9 @@ SUBSETS = ("all", "pretrain", "finetune")
 _SPLIT_NAMES = {"train": "train", "val": "valid", "test": "test"}
 
 
-def find_chromosome(species_dir: Path, chrom: str) -> Path | None:
-    """Path of `chr{chrom}.fna|.fa`, unzipping a `.gz` beside it if that is all there is."""
+def find_chromosome(species_dir: Path, chrom: str, fix: str = "download it again") -> Path | None:
+    """Path of `chr{chrom}.fna|.fa`, unzipping a `.gz` beside it if that is all there is (a truncated or corrupt
+    one raises CorruptFileError ending in `fix`)."""
     for ext in (".fna", ".fa"):
         if (species_dir / f"chr{chrom}{ext}").exists():
             return species_dir / f"chr{chrom}{ext}"
@@ -47,10 +48,7 @@ def find_chromosome(species_dir: Path, chrom: str) -> Path | None:
         gz = species_dir / f"chr{chrom}{ext}.gz"
         if gz.exists():
             out = species_dir / f"chr{chrom}{ext}"
-            tmp = out.with_suffix(out.suffix + f".tmp{os.getpid()}")
-            with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(tmp, out)
+            gunzip_file(gz, out, fix)
             return out
     return None
 
@@ -58,18 +56,41 @@ def find_chromosome(species_dir: Path, chrom: str) -> Path | None:
 class Chromosome:
     """First FASTA record of one file, opened lazily with pyfaidx once per process."""
 
-    def __init__(self, path: Path, species: str, name: str):
+    def __init__(self, path: Path, species: str, name: str, fix: str = "download it again"):
         self.path, self.species, self.name = Path(path), species, name
         self._fasta, self._pid, self._key = None, None, None
-        self.length = len(self._record())
+        self.length = len(self._open(fix))
+        if self.length == 0:
+            raise DataFormatError(f"{self.path}: no bases (its first record `>{self._key}` is empty): the file is "
+                                  f"truncated or not a genome; {fix}")
+
+    def _open(self, fix: str):
+        try:
+            from pyfaidx import FastaIndexingError
+        except ImportError:
+            raise ImportError("reading FASTA genomes needs pyfaidx: pip install 'seqssm[dna]'") from None
+        if self.path.stat().st_size == 0:
+            raise DataFormatError(f"{self.path}: empty file (0 bytes); {fix}")
+        try:
+            return self._record()
+        except UnicodeDecodeError:
+            raise not_utf8(self.path) from None
+        except (FastaIndexingError, RuntimeError) as e:
+            # pyfaidx raises RuntimeError (asking for a bug report) for blank lines it cannot place
+            reason = " ".join(str(e).split()) if isinstance(e, FastaIndexingError) else "blank lines inside a record"
+            raise DataFormatError(
+                f"{self.path}: cannot index this FASTA file ({reason}). A FASTA file starts with a "
+                "'>' header line, and every sequence line of a record but the last has the same length: re-wrap it "
+                f"(e.g. `seqkit seq -w 80 in.fna > out.fna`) or {fix}") from None
+        except (ValueError, IndexError, KeyError, StopIteration) as e:  # pyfaidx trusts a .fai newer than the FASTA
+            raise DataFormatError(f"{self.path}: its index {self.path}.fai is unreadable or empty ({e!r}); delete "
+                                  f"{self.path}.fai so that it is rebuilt") from None
 
     def _record(self):
         # Reopen after a fork: worker processes must not share one file offset.
         if self._fasta is None or self._pid != os.getpid():
-            try:
-                from pyfaidx import Fasta
-            except ImportError:
-                raise ImportError("reading FASTA genomes needs pyfaidx: pip install 'seqssm[dna]'") from None
+            from pyfaidx import Fasta
+
             self._fasta = Fasta(str(self.path), as_raw=True, sequence_always_upper=True)
             self._key = next(iter(self._fasta.keys()))
             self._pid = os.getpid()
@@ -97,7 +118,7 @@ def window_bounds(rng: np.random.Generator, n: int, L: int, sampling: str) -> tu
     """(start, end) of the bases to read from a region of `n` bases for a window of `L`."""
     if sampling == "hyenadna":
         right = n - L
-        if right <= 0:  # region shorter than the window: take it all (HyenaDNA would fail here)
+        if right <= 0:  # a region of exactly one window: take it all (HyenaDNA's slice would be empty)
             return 0, n
         start = int(rng.integers(0, right + 1))
         return start, min(start + L, right)
@@ -188,6 +209,8 @@ class SpeciesDataModule(SeqDataModule):
                  val_size: int = 2048, test_size: int = 2048, generate: bool = False,
                  generate_length: int = 200_000):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
+        if max_length is None:
+            raise ValueError("max_length (bases per window) must be given for species windows")
         for value, allowed, what in ((task, TASKS, "task"), (sampling, SAMPLINGS, "sampling"),
                                      (train_subset, SUBSETS, "train_subset"), (end_token, ("N", "pad"), "end_token")):
             if value not in allowed:
@@ -201,6 +224,9 @@ class SpeciesDataModule(SeqDataModule):
         self.finetune_chromosomes = {s: SPECIES_SPLITS[s]["train"][0] for s in self.species}
         self.finetune_chromosomes.update(finetune_chromosomes or {})
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        for split, size in self.sizes.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{split}_size must be an integer >= 1 (windows per epoch), got {size!r}")
         self.generate, self.generate_length = generate, generate_length
         self.tokenizer = DNATokenizer()
         self.vocab_size = self.tokenizer.vocab_size
@@ -233,22 +259,36 @@ class SpeciesDataModule(SeqDataModule):
         regions = []
         for s, names in self.chromosomes(split).items():
             row = []
+            command = download_command("species", self.data_dir, f" --species {s}")
+            if s not in DEFAULT_SPECIES:  # not among the downloadable genomes
+                command = (f"seqssm data prepare species --species {s} --out {self.data_dir}   (synthetic; "
+                           f"for the real genome place {s}'s chromosome FASTA files from NCBI there)")
+            fix = f"delete it and download it again:\n    {command}"
             for c in names:
-                path = find_chromosome(self.data_dir / s, c)
+                path = find_chromosome(self.data_dir / s, c, fix)
                 if path is None:
                     layout = (f"<data_dir>/{s}/chr{{C}}.fna (or .fa, .fna.gz) for C in train "
                               f"{SPECIES_SPLITS[s]['train']}, valid {_STD_VALID}, test {_STD_TEST}")
-                    command = download_command("species", self.data_dir, f" --species {s}")
-                    if s not in DEFAULT_SPECIES:  # not among the downloadable genomes
-                        command = (f"seqssm data prepare species --species {s} --out {self.data_dir}   (synthetic; "
-                                   f"for the real genome place {s}'s chromosome FASTA files from NCBI there)")
                     raise missing(self.data_dir / s / f"chr{c}.fna", layout, command)
                 limit = self.finetune_bases if split == "train" and self.train_subset == "finetune" else None
-                row.append(Region(Chromosome(path, s, c), limit))
+                row.append(Region(Chromosome(path, s, c, fix), limit))
+                self._check_window_fits(row[-1], limit)
                 if limit is not None and row[-1].length < limit:
                     warnings.warn(f"{path}: {row[-1].length} bases, fewer than finetune_bases={limit}", stacklevel=2)
             regions.append(row)
         return regions
+
+    def _check_window_fits(self, region: Region, limit: int | None) -> None:
+        """Refuse a region shorter than one window: its windows would be mostly padding, labelled as real data."""
+        if region.length >= self.max_length:
+            return
+        if limit is not None and limit < self.max_length:
+            raise DataFormatError(f"finetune_bases={limit} is shorter than one window (max_length={self.max_length}); "
+                                  "raise finetune_bases or lower max_length")
+        hint = " (generated genomes: raise generate_length)" if self.generate else ""
+        raise DataFormatError(
+            f"{region.chrom.path}: {region.length} bases, fewer than one window (max_length={self.max_length}): "
+            f"every window would be mostly padding. Use the complete chromosome{hint}, or a smaller max_length")
 
     def build_splits(self):
         self.prepare_data()

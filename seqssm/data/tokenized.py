@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DataFormatError
+from .io import read_text
 from .lra.imdb import IMDBDataModule
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -30,7 +31,11 @@ class PretrainedTokenizer:
         if not self.path.is_file():
             raise DataFormatError(f"{Path(folder)}: no {TOKENIZER_FILE}; copy the model's tokenizer into the folder "
                                   "(`seqssm convert` copies it along)")
-        self.tokenizer = Tokenizer.from_file(str(self.path))
+        try:
+            self.tokenizer = Tokenizer.from_file(str(self.path))
+        except Exception as e:  # the Rust library raises a bare Exception for every kind of bad file
+            raise DataFormatError(f"{self.path}: not a tokenizers file ({' '.join(str(e).split())}); copy the "
+                                  "model's own tokenizer.json into the folder") from None
         padding = self.tokenizer.padding
         self.pad_token_id = padding["pad_id"] if padding else 0
 
@@ -51,9 +56,9 @@ def pretrained_vocab_size(folder: str | Path) -> int:
         raise DataFormatError(f"{Path(folder)}: no {CONFIG_FILE}; `pretrained` must be a model folder "
                               "(seqssm, Hugging Face Mamba or mamba_ssm)")
     try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataFormatError(f"{path}: not valid JSON ({e})") from e
+        config = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}: not valid JSON ({e})") from None
     # a seqssm folder nests the model's arguments under "model"; the other two keep vocab_size at the top
     model = config.get("model") if isinstance(config, dict) and config.get("format") == "seqssm" else config
     vocab_size = model.get("vocab_size") if isinstance(model, dict) else None

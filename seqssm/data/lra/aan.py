@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import RaggedDataset, SeqDataModule
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import missing
 from ..io import parse_int_label, read_tsv
 from ..sources import download_command
@@ -20,7 +20,7 @@ TEXT_CUT = 10_000  # LRA cuts raw text to 10000 characters before encoding
 
 def read_aan(path) -> list[tuple[int, str, str]]:
     """(label, text1, text2) rows of one AAN TSV."""
-    return list(read_tsv(path, 5, parse=lambda f: (parse_int_label(f[0], 2), f[3], f[4])))
+    return read_tsv(path, 5, parse=lambda f: (parse_int_label(f[0], 2), f[3], f[4]))
 
 
 class AANDataModule(SeqDataModule):
@@ -53,6 +53,6 @@ class AANDataModule(SeqDataModule):
                 out[split] = ([self.encode_pair(t1, t2) for _, t1, t2 in rows], [y for y, _, _ in rows])
             return out
 
-        spec = {"sources": source_stamp(paths.values()), "max_length": self.max_length, "tok": "bytes-pair"}
-        data = cached_splits(self.cache_dir, "aan", spec, build)
+        spec = {"max_length": self.max_length, "tok": "bytes-pair"}
+        data = cached_splits(self.cache_dir, "aan", paths.values(), spec, build)
         return {split: RaggedDataset(data[split]) for split in SPLIT_FILES}

@@ -8,7 +8,7 @@ from ..base import RaggedDataset, holdout_split
 from ..cache import Ragged
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule, to_gray
-from ..io import read_pickle
+from ..io import check_labels, read_pickle
 from ..sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/cifar10)
@@ -19,16 +19,23 @@ RGB_MEAN, RGB_STD = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
 GRAY_MEAN, GRAY_STD = (122.6 / 255,), (61.0 / 255,)
 
 
-def read_cifar_batch(path) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, 1024, 3) uint8 row-major pixels, labels (N,)) of one pickled batch."""
-    d = read_pickle(path)
-    try:
-        data = np.asarray(d[b"data"], dtype=np.uint8)
-        labels = np.asarray(d[b"labels"], dtype=np.int64)
-    except (KeyError, TypeError) as e:
-        raise DataFormatError(f"{path}: not a CIFAR-10 batch (missing {e})") from None
-    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-        raise DataFormatError(f"{path}: data shape {data.shape} / {len(labels)} labels, expected (N, 3072) / N")
+def read_cifar_batch(path, fix: str = "delete it and unpack cifar-10-python.tar.gz again"
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, 1024, 3) uint8 row-major pixels, labels (N,) in 0..9) of one pickled batch; errors end in `fix`."""
+    d = read_pickle(path, fix)
+    if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
+        found = sorted(d, key=repr)[:6] if isinstance(d, dict) else type(d).__name__
+        raise DataFormatError(f"{path}: not a CIFAR-10 batch (expected a dict with b'data' and b'labels', found "
+                              f"{found}); {fix}")
+    data = d[b"data"]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        what = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataFormatError(f"{path}: b'data' is a {what}, expected a uint8 array of shape (N, 3072); {fix}")
+    labels = check_labels(d[b"labels"], 10, path, item="image", fix=fix)
+    if len(labels) != len(data):
+        raise DataFormatError(f"{path}: {len(data)} images but {len(labels)} labels; {fix}")
+    if not len(data):
+        raise DataFormatError(f"{path}: the batch holds no images; {fix}")
     # stored channel-major (R plane, G plane, B plane); sequences want (pixel, channel)
     return data.reshape(-1, 3, 1024).transpose(0, 2, 1).copy(), labels
 
@@ -55,9 +62,10 @@ class CIFAR10DataModule(ImageDataModule):
             if not p.exists():
                 raise missing(p, LAYOUT, download_command("cifar10", self.data_dir))
         # Reading five pickles takes ~1 s: no Arrow cache needed.
+        fix = f"delete it and run:\n    {download_command('cifar10', self.data_dir)}"
         split_data = {}
         for split, paths in files.items():
-            parts = [read_cifar_batch(p) for p in paths]
+            parts = [read_cifar_batch(p, fix) for p in paths]
             x = np.concatenate([a for a, _ in parts])
             y = np.concatenate([b for _, b in parts])
             x = to_gray(x) if self.channels == 1 else x.reshape(len(x), -1)

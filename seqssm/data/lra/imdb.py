@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 from ..base import RaggedDataset, SeqDataModule
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import DataFormatError, missing
+from ..io import read_text
 from ..sources import download_command
 from .text import read_text_table
 
@@ -40,7 +41,7 @@ def _acl_split(root: Path) -> tuple[list[str], list[int]]:
     texts, labels = [], []
     for label, sub in ((0, "neg"), (1, "pos")):
         for f in sorted((root / sub).glob("*.txt")):
-            texts.append(f.read_text(encoding="utf-8"))
+            texts.append(read_text(f))
             labels.append(label)
     return texts, labels
 
@@ -96,9 +97,8 @@ class IMDBDataModule(SeqDataModule):
                 out[split] = ([self.tokenizer.encode(t, self.max_length) for t in texts], labels)
             return out
 
-        stamps = [p for fs in files.values() for p in fs if p.is_file()]
-        spec = {"sources": source_stamp(stamps) + [str(p) for fs in files.values() for p in fs if p.is_dir()],
-                "max_length": self.max_length, "tok": "bytes"}
-        data = cached_splits(self.cache_dir, "imdb", spec, build)
+        # table files, or the review folders of the aclImdb splits
+        sources = [q for fs in files.values() for p in fs for q in ([p / "neg", p / "pos"] if p.is_dir() else [p])]
+        data = cached_splits(self.cache_dir, "imdb", sources, {"max_length": self.max_length, "tok": "bytes"}, build)
         return {"train": RaggedDataset(data["train"]), "val": RaggedDataset(data["test"]),
                 "test": RaggedDataset(data["test"])}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 from ..base import RaggedDataset, SeqDataModule
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import missing
 from ..io import parse_int_label, read_tsv
 from ..sources import download_command
@@ -21,7 +21,7 @@ SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basi
 
 def read_listops(path: str | Path) -> list[tuple[str, int]]:
     """(source, target) rows of one LRA ListOps TSV."""
-    return list(read_tsv(path, 2, header=("Source", "Target"), parse=lambda f: (f[0], parse_int_label(f[1], 10))))
+    return read_tsv(path, 2, header=("Source", "Target"), parse=lambda f: (f[0], parse_int_label(f[1], 10)))
 
 
 class ListOpsDataModule(SeqDataModule):
@@ -66,6 +66,6 @@ class ListOpsDataModule(SeqDataModule):
                 out[split] = ([self.tokenizer.encode(s, self.max_length) for s, _ in rows], [t for _, t in rows])
             return out
 
-        spec = {"sources": source_stamp(paths.values()), "max_length": self.max_length, "tok": "s4-listops"}
-        data = cached_splits(self.cache_dir, "listops", spec, build)
+        spec = {"max_length": self.max_length, "tok": "s4-listops"}
+        data = cached_splits(self.cache_dir, "listops", paths.values(), spec, build)
         return {split: RaggedDataset(data[split]) for split in SPLIT_FILES}

@@ -10,9 +10,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..base import RaggedDataset, SPLIT_SEED
-from ..cache import cached_splits, source_stamp
+from ..cache import cached_splits
 from ..errors import DataFormatError, missing
 from ..images import ImageDataModule
+from ..io import read_text
 from ..png import read_png
 from ..sources import download_command
 
@@ -26,10 +27,11 @@ LAYOUT = """<data_dir>/                 (e.g. data/pathfinder, or the LRA releas
 def read_metadata(level_dir: Path) -> list[tuple[Path, int]]:
     """(image path, label) of every metadata row, files in the integer order of their names."""
     meta = level_dir / "metadata"
-    files = sorted(meta.glob("*.npy"), key=lambda p: int(p.stem) if p.stem.isdigit() else p.stem)
+    numbered = lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else p.stem)  # noqa: E731
+    files = sorted(meta.glob("*.npy"), key=numbered)
     rows = []
     for f in files:
-        for lineno, line in enumerate(f.read_text().splitlines(), start=1):
+        for lineno, line in enumerate(read_text(f).splitlines(), start=1):
             fields = line.split()
             if not fields:
                 continue
@@ -42,6 +44,9 @@ def read_metadata(level_dir: Path) -> list[tuple[Path, int]]:
             except ValueError as e:
                 raise DataFormatError(f"{f}:{lineno}: malformed metadata row ({e}): {line[:80]!r}") from None
             rows.append((level_dir / fields[0] / fields[1], label))
+    if not rows:
+        raise DataFormatError(f"{meta}: {len(files)} metadata file(s) *.npy but no rows in them; the dataset is "
+                              "incomplete: unpack or generate it again")
     return rows
 
 
@@ -52,16 +57,17 @@ def read_pathfinder(level_dir: Path, res: int) -> tuple[list[np.ndarray], list[i
         try:
             img = read_png(path)
         except (OSError, DataFormatError) as e:
-            bad.append(f"{path} ({e})")
+            bad.append(str(e))  # names the file
             continue
         if img.shape != (res, res):
             raise DataFormatError(f"{path}: image is {img.shape}, expected ({res}, {res}); wrong `resolution`?")
         images.append(img.reshape(-1))
         labels.append(label)
+    if not images:
+        raise DataFormatError(f"{level_dir}: no readable images (all {len(bad)} listed in metadata/ failed, e.g. "
+                              f"{bad[0] if bad else None}); unpack or generate the dataset again")
     if bad:
         warnings.warn(f"Pathfinder: skipped {len(bad)} unreadable image(s), e.g. {bad[0]}", stacklevel=2)
-    if not images:
-        raise DataFormatError(f"{level_dir}: no readable images")
     return images, labels
 
 
@@ -101,9 +107,10 @@ class PathfinderDataModule(ImageDataModule):
         if not (self.level_dir / "metadata").is_dir():
             raise missing(self.level_dir / "metadata", LAYOUT.format(res=self.resolution, level=self.level),
                           download_command("pathfinder", self.data_dir, f" --resolution {self.resolution}"))
-        meta = sorted((self.level_dir / "metadata").glob("*.npy"))
-        spec = {"sources": source_stamp(meta), "res": self.resolution, "level": self.level}
-        data = cached_splits(self.cache_dir, f"pathfinder{self.resolution}", spec,
+        # every metadata file and every image: an image restored (or removed) after a build builds afresh
+        sources = [p for p in (self.level_dir / "metadata", self.level_dir / "imgs") if p.exists()]
+        data = cached_splits(self.cache_dir, f"pathfinder{self.resolution}", sources,
+                             {"res": self.resolution, "level": self.level},
                              lambda: {"all": read_pathfinder(self.level_dir, self.resolution)})["all"]
         n = len(data)
         n_val = n_test = int(0.1 * n)
