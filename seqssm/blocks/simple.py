@@ -28,7 +28,6 @@ class SimpleBlock(WrapperBlock):
         ssp_kwargs: dict | None = None,
     ):
         super().__init__()
-        self.d_model = d_model
         layer = make_ssp(ssp, d_model, d_state, **(ssp_kwargs or {}))
         self.ssp = layer if rope is None else RotarySSP(layer, **rope)
         self.dropout = FeatureDropout(dropout)
