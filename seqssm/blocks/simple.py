@@ -39,4 +39,9 @@ class SimpleBlock(WrapperBlock):
         return self.ssp
 
     def _finish(self, x, y):
-        return self.norm(x + F.glu(self.glu(self.dropout(F.gelu(y))), dim=-1))
+        # The GLU and the norm read their inputs in their weights' dtype (as the Mamba block's norm does), so a
+        # float64 or float16 x meets float32 weights without a dtype error; the result is in the norm's dtype.
+        glu = F.glu(self.glu(self.dropout(F.gelu(y.to(self.glu.weight.dtype)))), dim=-1)
+        residual = x + glu
+        weight = getattr(self.norm, "weight", None)
+        return self.norm(residual if weight is None else residual.to(weight.dtype))
