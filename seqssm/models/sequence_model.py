@@ -233,7 +233,10 @@ class SequenceModel(nn.Module):
         return None if lengths is None else lengths.to(device=inputs.device, dtype=torch.long)
 
     def embed(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, L) long or numbers (B, L, d_input) -> (B, L, d_model); also one step (B,) / (B, d_input)."""
+        """Token ids (B, L) long or numbers (B, L, d_input) -> (B, L, d_model); also one step (B,) / (B, d_input).
+        Numbers of any floating dtype are read in the model's (float64 observations from numpy, say)."""
+        if inputs.is_floating_point():
+            inputs = inputs.to(self.embedding.weight.dtype)
         return self.embedding(inputs)
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
