@@ -26,6 +26,7 @@ from seqssm.optim import tag_param
 State = Any  # a tensor or a nested tuple / list of tensors
 
 _frozen = threading.local()
+_inside = threading.local()  # .call: True while a layer's checked public call runs (see `_nested`)
 
 
 def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -117,6 +118,9 @@ def _check_state_leaf(where: str, path: str, expected, given, batch: int) -> Non
         for i, (e, g) in enumerate(zip(expected, given)):
             _check_state_leaf(where, f"{path}[{i}]", e, g, batch)
         return
+    if isinstance(given, torch.Tensor) and given.ndim == expected.ndim and given.shape[1:] == expected.shape[1:] \
+            and given.shape[0] == batch and (given.dtype == expected.dtype or _kind(given.dtype) == _kind(expected.dtype)):
+        return  # the common case, without building any message
     want = (batch, *expected.shape[1:])
     if not isinstance(given, torch.Tensor):
         raise InputShapeError(f"{where}: {path} must be a tensor of shape {want} (as initial_state({batch}) gives it), "
@@ -127,6 +131,20 @@ def _check_state_leaf(where: str, path: str, expected, given, batch: int) -> Non
     if _kind(given.dtype) != _kind(expected.dtype):
         raise InputDtypeError(f"{where}: {path} must be a {_kind(expected.dtype)} tensor like initial_state's "
                               f"({expected.dtype}), got {given.dtype}")
+
+
+def _nested() -> bool:
+    """Is this call inside another layer's call? Then the outermost call has checked the inputs it derives from."""
+    return getattr(_inside, "call", False)
+
+
+def _run_nested(fn: Callable, *args):
+    """fn(*args) with the calls of layers inside it unchecked (see `_nested`)."""
+    _inside.call = True
+    try:
+        return fn(*args)
+    finally:
+        _inside.call = False
 
 
 def non_causal_error(module: nn.Module) -> NotImplementedError:
@@ -145,7 +163,8 @@ class SequenceLayer(nn.Module):
     refused: cast to float), of shape (B, L, d_model); a state of the structure, shapes and kind (real, complex,
     integer) that `initial_state` gives; resets / mask (B, L) bool. They answer empty inputs themselves: an
     empty x (B = 0 or L = 0) gives an empty y, and the state passes through unchanged (the zero state of the
-    batch when None). Then they run the subclass's `_forward`, `_scan` and `_step` on checked inputs.
+    batch when None). Then they run the subclass's `_forward`, `_scan` and `_step` on checked inputs. Calls that
+    a layer makes on the layers inside it skip the checks: the outermost call has checked what they derive from.
     Outputs come back in x's dtype; SSM recurrences run in `compute_dtype` (at least float32).
     `d_model` is D, the channel count of x (a module without it skips the width check).
     """
@@ -157,20 +176,26 @@ class SequenceLayer(nn.Module):
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) -> y (B, L, D) from the zero state. lengths (B,) of right-padded sequences: read by
         non-causal (bidirectional) modules only."""
+        if _nested():
+            return self._forward(x, lengths)
         self._check_x(x, "forward", time_dim=1)
         lengths = check_lengths(f"{type(self).__name__}.forward", lengths, x.shape[0], x.shape[1])
         if x.numel() == 0:
             return torch.zeros_like(x)
-        return self._forward(x, lengths)
+        return _run_nested(self._forward, x, lengths)
 
     def scan(self, x: torch.Tensor, state: State = None, resets: torch.Tensor | None = None,
              mask: torch.Tensor | None = None):
         """x (B, L, D), state from `initial_state` or a previous call (None: zeros), resets / mask (B, L)
         bool -> (y (B, L, D), final state)."""
+        if _nested():
+            return self._scan(x, state, resets, mask)
         return self._checked_scan(x, state, resets, mask, time_dim=1)
 
     def step(self, x_t: torch.Tensor, state: State = None):
         """x_t (B, D), state (None: zeros) -> (y_t (B, D), next state)."""
+        if _nested():
+            return self._step(x_t, state)
         where = f"{type(self).__name__}.step"
         if not self.causal:
             raise non_causal_error(self)
@@ -185,7 +210,7 @@ class SequenceLayer(nn.Module):
             self._check_state(where, state, batch)
         if batch == 0:
             return torch.zeros_like(x_t), state
-        return self._step(x_t, state)
+        return _run_nested(self._step, x_t, state)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The zero state for `batch_size` sequences."""
@@ -197,14 +222,18 @@ class SequenceLayer(nn.Module):
 
     def forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, D, L) -> y (B, D, L): `forward` with channels before time."""
+        if _nested():
+            return self._forward_channels_first(x)
         self._check_x(x, "forward_channels_first", time_dim=2)
         if x.numel() == 0:
             return torch.zeros_like(x)
-        return self._forward_channels_first(x)
+        return _run_nested(self._forward_channels_first, x)
 
     def scan_channels_first(self, x: torch.Tensor, state: State = None, resets: torch.Tensor | None = None,
                             mask: torch.Tensor | None = None):
         """x (B, D, L) -> (y (B, D, L), final state): `scan` with channels before time."""
+        if _nested():
+            return self._scan_channels_first(x, state, resets, mask)
         return self._checked_scan(x, state, resets, mask, time_dim=2)
 
     # ------------------------------------------------------------- what subclasses implement or override
@@ -260,9 +289,7 @@ class SequenceLayer(nn.Module):
             self._check_state(where, state, x.shape[0])
         if x.numel() == 0:
             return torch.zeros_like(x), self.initial_state(x.shape[0], device=x.device) if state is None else state
-        if time_dim == 1:
-            return self._scan(x, state, resets, mask)
-        return self._scan_channels_first(x, state, resets, mask)
+        return _run_nested(self._scan if time_dim == 1 else self._scan_channels_first, x, state, resets, mask)
 
 
 class ChannelsFirstLayer(SequenceLayer):

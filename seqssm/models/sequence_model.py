@@ -290,6 +290,9 @@ class SequenceModel(nn.Module):
         """Causal models: one input (B,) ids or (B, d_input), state (None: zeros) -> (head output (B, vocab_size or
         n_classes), state)."""
         self._check_inputs(input_t, "step", "input_t", step=True)
+        return self._step(input_t, state)
+
+    def _step(self, input_t: torch.Tensor, state):
         h, state = self.backbone.step(self.embed(input_t), state)
         return self._head(h), state
 
@@ -334,5 +337,5 @@ class SequenceModel(nn.Module):
                 nxt = sample_next(logits, temperature, top_k, generator)
                 tokens.append(nxt[:, None])
                 if i + 1 < max_new_tokens:
-                    logits, state = self.step(nxt, state)
+                    logits, state = self._step(nxt, state)  # ids it sampled itself: no range check
         return torch.cat(tokens, dim=1)

@@ -239,3 +239,20 @@ def test_bidirectional_blocks_check_forward_and_refuse_scan_and_step(name):
                  lambda: block.initial_state(2)):
         with pytest.raises(NotImplementedError, match="bidirectional"):
             call()
+
+
+def test_inner_calls_skip_the_checks_but_an_error_inside_leaves_the_next_call_checked(monkeypatch):
+    stack = make_stack("mamba", D, 2, d_state=3).eval()
+    state = stack.initial_state(2)  # per block: (conv state, S6 state)
+    with pytest.raises(InputShapeError, match=r"BlockStack.scan: state\[1\]\[1\] must have shape \(2, 8, 3\) "
+                                              r"\(as initial_state\(2\) gives it\), got \(2, 1, 3\)"):
+        stack.scan(torch.randn(2, 5, D), (state[0], (state[1][0], state[1][1][:, :1])))
+
+    def broken(*args):
+        raise RuntimeError("inside")
+
+    monkeypatch.setattr(stack.layers[1], "_forward", broken)
+    with pytest.raises(RuntimeError, match="inside"):
+        stack(torch.randn(2, 5, D))
+    with pytest.raises(InputDtypeError, match="cast to float"):
+        stack(torch.ones(2, 5, D, dtype=torch.long))
