@@ -113,13 +113,13 @@ def _check_state_leaf(where: str, path: str, expected, given, batch: int) -> Non
     if isinstance(expected, (tuple, list)):
         if not isinstance(given, (tuple, list)) or len(given) != len(expected):
             got = f"a {type(given).__name__}" + (f" of {len(given)}" if isinstance(given, (tuple, list)) else "")
-            raise InputShapeError(f"{where}: {path} must be a tuple of {len(expected)} (as initial_state({batch}) gives "
-                                  f"it), got {got}")
+            raise InputShapeError(f"{where}: {path} must be a tuple of {len(expected)} (as initial_state({batch}) "
+                                  f"gives it), got {got}")
         for i, (e, g) in enumerate(zip(expected, given)):
             _check_state_leaf(where, f"{path}[{i}]", e, g, batch)
         return
     if isinstance(given, torch.Tensor) and given.ndim == expected.ndim and given.shape[1:] == expected.shape[1:] \
-            and given.shape[0] == batch and (given.dtype == expected.dtype or _kind(given.dtype) == _kind(expected.dtype)):
+            and given.shape[0] == batch and _kind(given.dtype) == _kind(expected.dtype):
         return  # the common case, without building any message
     want = (batch, *expected.shape[1:])
     if not isinstance(given, torch.Tensor):

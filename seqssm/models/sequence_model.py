@@ -198,7 +198,8 @@ class SequenceModel(nn.Module):
                 raise InputDtypeError(f"{where}: {name} must be integer token ids {layout} (torch.long), got {got}")
             if inputs.ndim != (1 if step else 2):
                 hint = f": for one sequence pass {name}[None]" if inputs.ndim == 1 and not step else ""
-                raise InputShapeError(f"{where}: {name} must be token ids {layout}, got shape {tuple(inputs.shape)}{hint}")
+                raise InputShapeError(f"{where}: {name} must be token ids {layout}, "
+                                      f"got shape {tuple(inputs.shape)}{hint}")
             if inputs.numel():
                 low, high = torch.aminmax(inputs)
                 if low < 0 or high >= self.vocab_size:
@@ -207,9 +208,9 @@ class SequenceModel(nn.Module):
         else:
             check_floating(where, **{name: inputs})
             d_input = self.embedding.in_features
-            layout = f"(batch, {d_input})" if step else f"(batch, L, {d_input})"
+            layout = "(batch, d_input)" if step else "(batch, L, d_input)"
             if inputs.ndim != (2 if step else 3) or inputs.shape[-1] != d_input:
-                raise InputShapeError(f"{where}: {name} must be {layout} (batch, [L,] d_input), "
+                raise InputShapeError(f"{where}: {name} must be {layout} = {layout.replace('d_input', str(d_input))}, "
                                       f"got {tuple(inputs.shape)}")
 
     def _lengths(self, inputs: torch.Tensor, lengths, mask) -> torch.Tensor | None:
@@ -225,8 +226,8 @@ class SequenceModel(nn.Module):
         lengths = check_lengths("SequenceModel.forward", lengths, batch, length)
         if self.pooling is not None:
             if length == 0:
-                raise InputShapeError(f"SequenceModel.forward: pooling={self.pooling!r} classifies whole sequences and "
-                                      f"needs at least one token each, got an empty sequence (L = 0)")
+                raise InputShapeError(f"SequenceModel.forward: pooling={self.pooling!r} classifies whole sequences "
+                                      "and needs at least one token each, got an empty sequence (L = 0)")
             if lengths is not None and lengths.numel() and lengths.min() < 1:
                 raise ValueError(f"SequenceModel.forward: pooling={self.pooling!r} needs at least one token per "
                                  f"sequence; lengths holds 0 at rows {torch.nonzero(lengths < 1).flatten().tolist()}")
@@ -325,8 +326,8 @@ class SequenceModel(nn.Module):
         self._check_inputs(input_ids, "generate", "input_ids")
         batch, length = input_ids.shape
         if length == 0:
-            raise InputShapeError(f"SequenceModel.generate: input_ids {tuple(input_ids.shape)} holds no prompt: give at "
-                                  "least one token per sequence (e.g. a start-of-text id) to condition on")
+            raise InputShapeError(f"SequenceModel.generate: input_ids {tuple(input_ids.shape)} holds no prompt: give "
+                                  "at least one token per sequence (e.g. a start-of-text id) to condition on")
         if batch == 0:
             return input_ids.new_empty(0, length + max_new_tokens)
         # Only the last position's logits are needed: a (B, L, vocab) head output would cost L times more.

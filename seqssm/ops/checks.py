@@ -18,8 +18,7 @@ import operator
 
 import torch
 
-FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-COMPLEX = (torch.complex64, torch.complex128)
+from seqssm.ops.backend import COMPLEX, REAL
 
 
 class InputShapeError(ValueError):
@@ -32,7 +31,7 @@ class InputDtypeError(TypeError):
 
 def check_floating(where: str, allow_complex: bool = False, **tensors: torch.Tensor | None) -> None:
     """Refuse any of `tensors` (name=tensor, None skipped) that is not floating point (or complex, where allowed)."""
-    taken = FLOATING + COMPLEX if allow_complex else FLOATING
+    taken = REAL | COMPLEX if allow_complex else REAL
     for name, t in tensors.items():
         if t is None:
             continue
@@ -44,25 +43,20 @@ def check_floating(where: str, allow_complex: bool = False, **tensors: torch.Ten
                                   f"cast to float: {name}.float()")
 
 
-def check_shape(where: str, name: str, t: torch.Tensor, expected: tuple, meaning: str) -> None:
-    """Refuse t unless t.shape == expected; `meaning` names the dimensions, e.g. "(batch, dim, L)"."""
-    if tuple(t.shape) != tuple(expected):
-        raise InputShapeError(f"{where}: {name} must be {meaning} = {tuple(expected)}, got {tuple(t.shape)}")
-
-
 def check_flags(where: str, name: str, flags: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
-    """resets or mask (batch, length) -> bool, or None; refuses other shapes, float flags and integers other than 0 / 1."""
+    """resets or mask (batch, length) -> bool, or None; refuses other shapes, float flags and integers but 0 / 1."""
     if flags is None:
         return None
     if not isinstance(flags, torch.Tensor):
         raise InputDtypeError(f"{where}: {name} must be a bool torch.Tensor (batch, L), got {type(flags).__name__}")
     if tuple(flags.shape) != (batch, length):
-        raise InputShapeError(f"{where}: {name} must have shape (batch, L) = ({batch}, {length}), got {tuple(flags.shape)}")
+        raise InputShapeError(f"{where}: {name} must have shape (batch, L) = ({batch}, {length}), "
+                              f"got {tuple(flags.shape)}")
     if flags.dtype == torch.bool:
         return flags
     if flags.is_floating_point() or flags.is_complex():
-        raise InputDtypeError(f"{where}: {name} must be bool (True/False per step), got {flags.dtype}: a float "
-                              f"flag is ambiguous (0.3 is neither); pass {name} > 0.5 or {name}.bool() if it holds 0/1")
+        raise InputDtypeError(f"{where}: {name} must be bool (one True/False per step), got {flags.dtype}: a float "
+                              f"flag is ambiguous (is 0.3 True?); pass {name}.bool() if it holds 0/1, or {name} > 0.5")
     if flags.numel() and not ((flags == 0) | (flags == 1)).all():
         raise InputDtypeError(f"{where}: {name} of dtype {flags.dtype} must hold only 0 and 1 (or be bool), "
                               f"got values {torch.unique(flags)[:8].tolist()}")

@@ -30,7 +30,8 @@ def test_token_ids_of_the_wrong_dtype_shape_or_range(lm):
     with pytest.raises(InputShapeError, match=r"SequenceModel.scan: inputs must be token ids \(batch, L\), got shape "
                                               r"\(2, 5, 1\)"):
         lm.scan(torch.ones(2, 5, 1, dtype=torch.long))
-    with pytest.raises(ValueError, match=rf"inputs must lie in \[0, vocab_size\) = \[0, {VOCAB}\), got ids from 0 to 12"):
+    with pytest.raises(ValueError, match=rf"inputs must lie in \[0, vocab_size\) = \[0, {VOCAB}\), "
+                                         r"got ids from 0 to 12"):
         lm(torch.tensor([[0, 12]]))
     with pytest.raises(InputShapeError, match=r"SequenceModel.step: input_t must be token ids \(batch,\), got shape "
                                               r"\(2, 1\)"):
@@ -42,9 +43,11 @@ def test_token_ids_of_the_wrong_dtype_shape_or_range(lm):
 def test_numeric_inputs_of_the_wrong_dtype_or_width(regressor):
     with pytest.raises(InputDtypeError, match=r"inputs has dtype torch.int64.*cast to float: inputs.float\(\)"):
         regressor(torch.ones(2, 5, D_INPUT, dtype=torch.long))
-    with pytest.raises(InputShapeError, match=rf"inputs must be \(batch, L, {D_INPUT}\) .*got \(2, 5, 4\)"):
+    with pytest.raises(InputShapeError, match=rf"inputs must be \(batch, L, d_input\) = \(batch, L, {D_INPUT}\), "
+                                              r"got \(2, 5, 4\)"):
         regressor.scan(torch.ones(2, 5, 4))
-    with pytest.raises(InputShapeError, match=rf"input_t must be \(batch, {D_INPUT}\) .*got \(2, 5, {D_INPUT}\)"):
+    with pytest.raises(InputShapeError, match=rf"input_t must be \(batch, d_input\) = \(batch, {D_INPUT}\), "
+                                              rf"got \(2, 5, {D_INPUT}\)"):
         regressor.step(torch.ones(2, 5, D_INPUT), None)
     assert regressor(torch.randn(2, 5, D_INPUT, dtype=torch.float64)).shape == (2, 5, 2)
 
