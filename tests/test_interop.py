@@ -43,13 +43,13 @@ def hf_logits(model, ids):
 
 @pytest.fixture
 def hf_keeps_float64(monkeypatch):
-    """transformers' eager Mamba casts activations with .float() / .to(float32), meant as upcasts from half
-    precision; on float64 they are downcasts. Keep float64 activations as they are. Parameter casts
-    (A_log, D, dt bias: `.float()` on nn.Parameters) still happen, because seqssm's S6 does the same."""
+    """transformers' eager Mamba casts activations and parameters (A_log, D, dt bias) with .float() /
+    .to(float32), meant as upcasts from half precision; on float64 they are downcasts. Keep float64 tensors
+    as they are: a float64 seqssm S6 computes in float64, its parameters included."""
     real_float, real_to = torch.Tensor.float, torch.Tensor.to
 
     def keeps(t):
-        return t.dtype == torch.float64 and not isinstance(t, nn.Parameter)
+        return t.dtype == torch.float64
 
     def float_(self, *args, **kwargs):
         return self if keeps(self) else real_float(self, *args, **kwargs)

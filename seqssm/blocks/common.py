@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.base import SequenceLayer, mask_outputs
 from seqssm.layers.registry import build_layer
 
 
@@ -47,19 +47,22 @@ class WrapperBlock(SequenceLayer):
 
     inner: nn.Module
 
+    @property
+    def d_model(self) -> int | None:
+        return getattr(self.inner, "d_model", None)
+
     def _finish(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d) -> (B, L, d); `lengths` is accepted for a uniform block interface (causal: unused)."""
         return self._finish(x, self.inner(x))
 
-    def scan(self, x, state=None, resets=None, mask=None):
-        resets, mask = check_steps(x, resets, mask)
+    def _scan(self, x, state, resets, mask):
         y, state = self.inner.scan(x, state, resets, mask)
         return mask_outputs(mask, self._finish(x, y)), state
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         y, state = self.inner.step(x_t, state)
         return self._finish(x_t, y), state
 

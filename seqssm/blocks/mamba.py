@@ -14,7 +14,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import ChannelsFirstLayer, NonCausalMixin, SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
@@ -39,24 +39,24 @@ class ConvSSPBranch(ChannelsFirstLayer):
     ):
         super().__init__()
         self.d_inner, self.d_conv = d_inner, d_conv
+        self.d_model = d_inner  # the width of this branch's input, as the layer contract reads it
         # An nn.Conv1d only to hold weight (d_inner, 1, d_conv) and bias with PyTorch's default init
         # (thesis 12.2.4) and mamba_ssm's parameter layout; the computation is `causal_conv1d`.
         self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, bias=conv_bias)
         layer = make_ssp(ssp, d_inner, d_state, dt_rank=dt_rank, **(ssp_kwargs or {}))
         self.ssp = layer if rope is None else RotarySSP(layer, **rope)
 
-    def forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
+    def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         h = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias)
         return self.ssp.forward_channels_first(F.silu(h))
 
-    def scan_channels_first(self, x, state=None, resets=None, mask=None):
-        resets, mask = check_steps(x, resets, mask, time_dim=2)
+    def _scan_channels_first(self, x, state, resets, mask):
         conv_state, ssp_state = (None, None) if state is None else state
         h, conv_state = masked_causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, mask)
         y, ssp_state = self.ssp.scan_channels_first(F.silu(h), ssp_state, resets, mask)
         return y, (conv_state, ssp_state)
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         conv_state, ssp_state = state
         h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)
         y, ssp_state = self.ssp.step(F.silu(h), ssp_state)
@@ -135,7 +135,7 @@ class MambaBlock(SequenceLayer):
             residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
         return residual + out
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) of right-padded sequences (used by the reverse branch) -> (B, L, d_model)."""
         xi, z = self._channels_first(x)
         if self.bidirectional:
@@ -152,25 +152,20 @@ class MambaBlock(SequenceLayer):
     def _pack(self, states):
         return states[0] if len(states) == 1 else tuple(states)
 
-    def scan(self, x, state=None, resets=None, mask=None):
+    def _scan(self, x, state, resets, mask):
         """x (B, L, d_model), state or None, resets / mask (B, L) -> (y (B, L, d_model), state)."""
-        if self.bidirectional:
-            return NonCausalMixin.scan(self)
-        resets, mask = check_steps(x, resets, mask)
         xi, z = self._channels_first(x)
         outs = [branch.scan_channels_first(xi, s, resets, mask) for branch, s in zip(self.branches, self._states(state))]
         y = sum(o[0] for o in outs)
         return mask_outputs(mask, self._finish(x, (y * F.silu(z)).transpose(1, 2))), self._pack([o[1] for o in outs])
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
-        if self.bidirectional:
-            return NonCausalMixin.scan(self)  # (its step calls self.scan(), whose signature differs here)
         xi, z = self._project(x_t).chunk(2, dim=-1)
         outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
         return self._finish(x_t, sum(o[0] for o in outs) * F.silu(z)), self._pack([o[1] for o in outs])
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if self.bidirectional:
-            return NonCausalMixin.scan(self)
+            raise non_causal_error(self)
         return self._pack([b.initial_state(batch_size, device=device, dtype=dtype) for b in self.branches])

@@ -28,7 +28,6 @@ class SimpleBlock(WrapperBlock):
         ssp_kwargs: dict | None = None,
     ):
         super().__init__()
-        self.d_model = d_model
         layer = make_ssp(ssp, d_model, d_state, **(ssp_kwargs or {}))
         self.ssp = layer if rope is None else RotarySSP(layer, **rope)
         self.dropout = FeatureDropout(dropout)
@@ -40,4 +39,9 @@ class SimpleBlock(WrapperBlock):
         return self.ssp
 
     def _finish(self, x, y):
-        return self.norm(x + F.glu(self.glu(self.dropout(F.gelu(y))), dim=-1))
+        # The GLU and the norm read their inputs in their weights' dtype (as the Mamba block's norm does), so a
+        # float64 or float16 x meets float32 weights without a dtype error; the result is in the norm's dtype.
+        glu = F.glu(self.glu(self.dropout(F.gelu(y.to(self.glu.weight.dtype)))), dim=-1)
+        residual = x + glu
+        weight = getattr(self.norm, "weight", None)
+        return self.norm(residual if weight is None else residual.to(weight.dtype))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_steps
+from seqssm.layers.base import SequenceLayer
 from seqssm.layers.rope import RoPE, rope_positions
 from seqssm.layers.s6 import S6
 
@@ -35,7 +35,7 @@ class RotarySSP(SequenceLayer):
         targets = tuple(allowed if targets is None else targets)
         if not targets or any(t not in allowed for t in targets):
             raise ValueError(f"RoPE targets for {type(layer).__name__} must be a non-empty subset of {allowed}, got {targets}")
-        self.layer, self.targets = layer, targets
+        self.layer, self.targets, self.d_model = layer, targets, layer.d_model
         self.rope = RoPE(layer.d_model, base=base, trainable=trainable, normalize_len=normalize_len)
         # Only a partial S6 subset needs the scan rebuilt here; otherwise the layer runs on RoPE(x).
         self._split = selective and set(targets) != set(ROPE_TARGETS)
@@ -47,9 +47,9 @@ class RotarySSP(SequenceLayer):
         delta, B, C = ((rotated if name in self.targets else plain)[i] for i, name in enumerate(("delta", "B", "C")))
         return (xr if "x" in self.targets else x), delta, B, C
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
         if self._split:
-            return self.scan(x)[0]
+            return self._scan(x, None, None, None)[0]
         return self.layer(self.rope(x))  # the SSP's own fast zero-state path (e.g. S4D's FFT)
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
@@ -58,12 +58,11 @@ class RotarySSP(SequenceLayer):
         inner = self.layer.initial_state(batch_size, device=device, dtype=dtype)
         return inner, torch.zeros(batch_size, dtype=torch.long, device=device)
 
-    def scan(self, x, state=None, resets=None, mask=None):
+    def _scan(self, x, state, resets, mask):
         """x (B, L, D), state or None, resets / mask (B, L) -> (y (B, L, D), (SSP state, next position)).
 
         Positions count valid steps only: a masked step neither moves the position nor sees RoPE's effect.
         """
-        resets, mask = check_steps(x, resets, mask)
         batch, length, _ = x.shape
         inner, start = (None, torch.zeros(batch, dtype=torch.long, device=x.device)) if state is None else state
         pos = rope_positions(start, length, resets, mask)
@@ -74,11 +73,9 @@ class RotarySSP(SequenceLayer):
             u, delta, B, C = (t.transpose(1, 2) for t in self._s6_inputs(x, xr))
             y, inner = self.layer.scan_projected(u, delta, B, C, inner, resets, mask)
             y = y.transpose(1, 2)
-        if not length:
-            return y, (inner, start)
         return y, (inner, pos[:, -1] + (1 if mask is None else mask[:, -1].long()))
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         inner, pos = state
         xr = self.rope(x_t, pos)
         if not self._split:

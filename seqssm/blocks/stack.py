@@ -8,7 +8,7 @@ from torch import nn
 from seqssm.blocks.common import make_norm
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.simple import SimpleBlock
-from seqssm.layers.base import NonCausalMixin, SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.base import SequenceLayer, mask_outputs, non_causal_error
 
 BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock}
 
@@ -23,7 +23,7 @@ class BlockStack(SequenceLayer):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm_f = norm_f
-
+        self.d_model = getattr(layers[0], "d_model", None) if layers else None
     @property
     def causal(self) -> bool:
         return all(layer.causal for layer in self.layers)
@@ -33,27 +33,22 @@ class BlockStack(SequenceLayer):
         # A float32 residual stream (residual_in_fp32) leaves through the norm in the model's dtype.
         return self.norm_f(x if weight is None else x.to(weight.dtype))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) for right-padded batches (only bidirectional blocks need them)."""
         for layer in self.layers:
             x = layer(x) if layer.causal else layer(x, lengths=lengths)
         return self._final(x)
 
-    def scan(self, x, state=None, resets=None, mask=None):
+    def _scan(self, x, state, resets, mask):
         """x (B, L, d_model), state (tuple per block, or None), resets / mask (B, L) -> (y (B, L, d_model), state)."""
-        if not self.causal:
-            return NonCausalMixin.scan(self)
-        resets, mask = check_steps(x, resets, mask)
         states = []
         for layer, s in zip(self.layers, (None,) * len(self.layers) if state is None else state):
             x, s = layer.scan(x, s, resets, mask)
             states.append(s)
         return mask_outputs(mask, self._final(x)), tuple(states)
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
-        if not self.causal:
-            return NonCausalMixin.scan(self)  # (its step calls self.scan(), whose signature differs here)
         states = []
         for layer, s in zip(self.layers, state):
             x_t, s = layer.step(x_t, s)
@@ -62,7 +57,7 @@ class BlockStack(SequenceLayer):
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         if not self.causal:
-            return NonCausalMixin.scan(self)
+            raise non_causal_error(self)
         return tuple(layer.initial_state(batch_size, device=device, dtype=dtype) for layer in self.layers)
 
 

@@ -20,11 +20,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
 from seqssm.optim import tag_param
 
 State = Any  # a tensor or a nested tuple / list of tensors
 
 _frozen = threading.local()
+_inside = threading.local()  # .call: True while a layer's checked public call runs (see `_nested`)
 
 
 def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -49,6 +51,23 @@ def full_precision(x: torch.Tensor, *like: torch.Tensor):
     """
     with torch.autocast(device_type=x.device.type, enabled=False):
         yield compute_dtype(x.dtype, *(t.dtype for t in like))
+
+
+def promoted_call(module: nn.Module, x: torch.Tensor, *args, **kwargs):
+    """module(x, *args, **kwargs) in the promotion of x's dtype and the module's parameter dtype, e.g. a float64 x
+    through a float32 nn.Linear computes in float64 (the layers' dtype rule), and the result is in that dtype.
+    Floating tensors in args are cast along with x; under autocast, autocast decides as usual."""
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if param is None or torch.is_autocast_enabled(x.device.type):
+        return module(x, *args, **kwargs)
+    dtype = torch.promote_types(x.dtype, param.dtype)
+    x, args = x.to(dtype), tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+    if param.dtype == dtype:
+        return module(x, *args, **kwargs)
+    # The module's own weights are narrower than the input: run it on promoted copies (gradients still reach them).
+    tensors = {name: t.to(dtype) for name, t in (*module.named_parameters(), *module.named_buffers())
+               if t.is_floating_point()}
+    return torch.func.functional_call(module, tensors, (x, *args), kwargs)
 
 
 def ssm_param(value: torch.Tensor, lr_scale: float = 0.1) -> nn.Parameter:
@@ -84,91 +103,235 @@ def step_system(layer: nn.Module, build: Callable[[torch.dtype], Any], dtype: to
     return cache[key]
 
 
+def _kind(dtype: torch.dtype) -> str:
+    return "complex" if dtype.is_complex else "floating" if dtype.is_floating_point else "bool" if dtype == torch.bool \
+        else "integer"
+
+
+def _check_state_leaf(where: str, path: str, expected, given, batch: int) -> None:
+    """Compare a given state (part) with the template from initial_state(1) (meta tensors), batch size apart."""
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(given, (tuple, list)) or len(given) != len(expected):
+            got = f"a {type(given).__name__}" + (f" of {len(given)}" if isinstance(given, (tuple, list)) else "")
+            raise InputShapeError(f"{where}: {path} must be a tuple of {len(expected)} (as initial_state({batch}) "
+                                  f"gives it), got {got}")
+        for i, (e, g) in enumerate(zip(expected, given)):
+            _check_state_leaf(where, f"{path}[{i}]", e, g, batch)
+        return
+    if isinstance(given, torch.Tensor) and given.ndim == expected.ndim and given.shape[1:] == expected.shape[1:] \
+            and given.shape[0] == batch and _kind(given.dtype) == _kind(expected.dtype):
+        return  # the common case, without building any message
+    want = (batch, *expected.shape[1:])
+    if not isinstance(given, torch.Tensor):
+        raise InputShapeError(f"{where}: {path} must be a tensor of shape {want} (as initial_state({batch}) gives it), "
+                              f"got {type(given).__name__}")
+    if tuple(given.shape) != want:
+        raise InputShapeError(f"{where}: {path} must have shape {want} (as initial_state({batch}) gives it), "
+                              f"got {tuple(given.shape)}")
+    if _kind(given.dtype) != _kind(expected.dtype):
+        raise InputDtypeError(f"{where}: {path} must be a {_kind(expected.dtype)} tensor like initial_state's "
+                              f"({expected.dtype}), got {given.dtype}")
+
+
+def _nested() -> bool:
+    """Is this call inside another layer's call? Then the outermost call has checked the inputs it derives from."""
+    return getattr(_inside, "call", False)
+
+
+def _run_nested(fn: Callable, *args):
+    """fn(*args) with the calls of layers inside it unchecked (see `_nested`)."""
+    _inside.call = True
+    try:
+        return fn(*args)
+    finally:
+        _inside.call = False
+
+
+def non_causal_error(module: nn.Module) -> NotImplementedError:
+    """The error of scan / step / initial_state on a bidirectional module."""
+    return NotImplementedError(
+        f"{type(module).__name__} is bidirectional: its output at t depends on inputs after t, "
+        "so it has no recurrent state to carry. Use a causal model for scan/step."
+    )
+
+
 class SequenceLayer(nn.Module):
-    """Base class of causal sequence layers: x (B, L, D) -> y (B, L, D) with a recurrent state."""
+    """Base class of causal sequence layers: x (B, L, D) -> y (B, L, D) with a recurrent state.
+
+    The public calls (`forward`, `scan`, `step` and the channels-first forms) check their inputs once, by the
+    rules of `seqssm.ops.checks`: x floating point (float16 / bfloat16 / float32 / float64; integers and bool are
+    refused: cast to float), of shape (B, L, d_model); a state of the structure, shapes and kind (real, complex,
+    integer) that `initial_state` gives; resets / mask (B, L) bool. They answer empty inputs themselves: an
+    empty x (B = 0 or L = 0) gives an empty y, and the state passes through unchanged (the zero state of the
+    batch when None). Then they run the subclass's `_forward`, `_scan` and `_step` on checked inputs. Calls that
+    a layer makes on the layers inside it skip the checks: the outermost call has checked what they derive from.
+    Outputs come back in x's dtype; SSM recurrences run in `compute_dtype` (at least float32).
+    `d_model` is D, the channel count of x (a module without it skips the width check).
+    """
 
     causal = True
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y, _ = self.scan(x, None)
-        return y
+    # ----------------------------------------------------------------------------- the public calls
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, D) -> y (B, L, D) from the zero state. lengths (B,) of right-padded sequences: read by
+        non-causal (bidirectional) modules only."""
+        if _nested():
+            return self._forward(x, lengths)
+        self._check_x(x, "forward", time_dim=1)
+        lengths = check_lengths(f"{type(self).__name__}.forward", lengths, x.shape[0], x.shape[1])
+        if x.numel() == 0:
+            return torch.zeros_like(x)
+        return _run_nested(self._forward, x, lengths)
 
     def scan(self, x: torch.Tensor, state: State = None, resets: torch.Tensor | None = None,
              mask: torch.Tensor | None = None):
         """x (B, L, D), state from `initial_state` or a previous call (None: zeros), resets / mask (B, L)
         bool -> (y (B, L, D), final state)."""
-        raise NotImplementedError
+        if _nested():
+            return self._scan(x, state, resets, mask)
+        return self._checked_scan(x, state, resets, mask, time_dim=1)
 
-    def step(self, x_t: torch.Tensor, state: State):
-        """x_t (B, D), state -> (y_t (B, D), next state)."""
-        raise NotImplementedError
+    def step(self, x_t: torch.Tensor, state: State = None):
+        """x_t (B, D), state (None: zeros) -> (y_t (B, D), next state)."""
+        if _nested():
+            return self._step(x_t, state)
+        where = f"{type(self).__name__}.step"
+        if not self.causal:
+            raise non_causal_error(self)
+        check_floating(where, x_t=x_t)
+        width = getattr(self, "d_model", None)
+        if x_t.ndim != 2 or (width is not None and x_t.shape[1] != width):
+            raise InputShapeError(f"{where}: x_t must be (batch, d_model) = (batch, {width}), got {tuple(x_t.shape)}")
+        batch = x_t.shape[0]
+        if state is None:
+            state = self.initial_state(batch, device=x_t.device)
+        else:
+            self._check_state(where, state, batch)
+        if batch == 0:
+            return torch.zeros_like(x_t), state
+        return _run_nested(self._step, x_t, state)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The zero state for `batch_size` sequences."""
         raise NotImplementedError
 
     # Channels before time, (B, D, L): the layout the Mamba block keeps between its in_proj and out_proj
-    # (as mamba_ssm's does) and the one S6's kernels read. Layers that compute in it override these two;
-    # the others see the (B, L, D) view of the same memory.
+    # (as mamba_ssm's does) and the one S6's kernels read. Layers that compute in it override the
+    # underscored forms (`ChannelsFirstLayer`); the others see the (B, L, D) view of the same memory.
 
     def forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, D, L) -> y (B, D, L): `forward` with channels before time."""
-        return self(x.transpose(1, 2)).transpose(1, 2)
+        if _nested():
+            return self._forward_channels_first(x)
+        self._check_x(x, "forward_channels_first", time_dim=2)
+        if x.numel() == 0:
+            return torch.zeros_like(x)
+        return _run_nested(self._forward_channels_first, x)
 
     def scan_channels_first(self, x: torch.Tensor, state: State = None, resets: torch.Tensor | None = None,
                             mask: torch.Tensor | None = None):
         """x (B, D, L) -> (y (B, D, L), final state): `scan` with channels before time."""
-        y, state = self.scan(x.transpose(1, 2), state, resets, mask)
+        if _nested():
+            return self._scan_channels_first(x, state, resets, mask)
+        return self._checked_scan(x, state, resets, mask, time_dim=2)
+
+    # ------------------------------------------------------------- what subclasses implement or override
+
+    def _scan(self, x: torch.Tensor, state: State, resets: torch.Tensor | None, mask: torch.Tensor | None):
+        """`scan` on checked, non-empty inputs: resets / mask bool or None, resets on masked steps dropped."""
+        raise NotImplementedError
+
+    def _step(self, x_t: torch.Tensor, state: State):
+        """`step` on a checked, non-empty x_t and a state (never None)."""
+        raise NotImplementedError
+
+    def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` on a checked, non-empty x: the zero-state scan unless a subclass has a faster path."""
+        return self._scan(x, None, None, None)[0]
+
+    def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
+        return self._forward(x.transpose(1, 2)).transpose(1, 2)
+
+    def _scan_channels_first(self, x, state, resets, mask):
+        y, state = self._scan(x.transpose(1, 2), state, resets, mask)
         return y.transpose(1, 2), state
+
+    # ------------------------------------------------------------------------------------- the checks
+
+    def _check_x(self, x: torch.Tensor, method: str, time_dim: int) -> None:
+        """x floating point, (B, L, d_model) (time_dim 1) or (B, d_model, L) (time_dim 2)."""
+        where = f"{type(self).__name__}.{method}"
+        check_floating(where, x=x)
+        width = getattr(self, "d_model", None)
+        layout = "(batch, L, d_model)" if time_dim == 1 else "(batch, d_model, L)"
+        channel_dim = 2 if time_dim == 1 else 1
+        if x.ndim != 3 or (width is not None and x.shape[channel_dim] != width):
+            expected = layout.replace("d_model", str(width)) if width is not None else layout
+            raise InputShapeError(f"{where}: x must be {layout} = {expected}, got {tuple(x.shape)}")
+
+    def _check_state(self, where: str, state: State, batch: int) -> None:
+        """The state against `initial_state`'s: same structure, shapes and kind (precision may differ)."""
+        template = self.__dict__.get("_state_template")
+        if template is None:  # shapes and kinds of a state do not change with the parameters: built once
+            template = self.initial_state(1, device=torch.device("meta"))
+            self.__dict__["_state_template"] = template
+        _check_state_leaf(where, "state", template, state, batch)
+
+    def _checked_scan(self, x, state, resets, mask, time_dim: int):
+        method = "scan" if time_dim == 1 else "scan_channels_first"
+        where = f"{type(self).__name__}.{method}"
+        if not self.causal:
+            raise non_causal_error(self)
+        self._check_x(x, method, time_dim)
+        resets, mask = check_steps(x, resets, mask, time_dim, where)
+        if state is not None:
+            self._check_state(where, state, x.shape[0])
+        if x.numel() == 0:
+            return torch.zeros_like(x), self.initial_state(x.shape[0], device=x.device) if state is None else state
+        return _run_nested(self._scan if time_dim == 1 else self._scan_channels_first, x, state, resets, mask)
 
 
 class ChannelsFirstLayer(SequenceLayer):
-    """A layer that computes with channels before time: subclasses give `scan_channels_first` (and
-    `forward_channels_first` where a zero-state path is faster); `forward` and `scan` are their (B, L, D) views."""
+    """A layer that computes with channels before time: subclasses give `_scan_channels_first` (and
+    `_forward_channels_first` where a zero-state path is faster); `forward` and `scan` are their (B, L, D) views."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_channels_first(x.transpose(1, 2)).transpose(1, 2)
+    def _forward(self, x, lengths=None):
+        return self._forward_channels_first(x.transpose(1, 2)).transpose(1, 2)
 
-    def forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scan_channels_first(x)[0]
+    def _forward_channels_first(self, x):
+        return self._scan_channels_first(x, None, None, None)[0]
 
-    def scan(self, x, state=None, resets=None, mask=None):
-        y, state = self.scan_channels_first(x.transpose(1, 2), state, resets, mask)
+    def _scan(self, x, state, resets, mask):
+        y, state = self._scan_channels_first(x.transpose(1, 2), state, resets, mask)
         return y.transpose(1, 2), state
 
-    def scan_channels_first(self, x, state=None, resets=None, mask=None):
+    def _scan_channels_first(self, x, state, resets, mask):
         raise NotImplementedError
 
 
-class NonCausalMixin:
-    """For modules that see the whole sequence (bidirectional): only `__call__` is defined."""
-
-    def scan(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"{type(self).__name__} is bidirectional: its output at t depends on inputs after t, "
-            "so it has no recurrent state to carry. Use a causal model for scan/step."
-        )
-
-    def step(self, *args, **kwargs):
-        NonCausalMixin.scan(self)
-
-    def initial_state(self, *args, **kwargs):
-        NonCausalMixin.scan(self)
-
-
-def _check_steps(name: str, flags: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
-    if flags is None:
+def check_lengths(where: str, lengths: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """lengths (B,) integer in [0, L] of right-padded sequences, or None."""
+    if lengths is None:
         return None
-    if flags.shape != (batch, length):
-        raise ValueError(f"{name} must have shape (batch, length) = ({batch}, {length}), got {tuple(flags.shape)}")
-    return flags.to(torch.bool)
+    if not isinstance(lengths, torch.Tensor) or lengths.is_floating_point() or lengths.is_complex() \
+            or lengths.dtype == torch.bool:
+        got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise InputDtypeError(f"{where}: lengths must be an integer tensor (batch,), got {got}")
+    if tuple(lengths.shape) != (batch,):
+        raise InputShapeError(f"{where}: lengths must be (batch,) = ({batch},), got {tuple(lengths.shape)}")
+    if lengths.numel() and (lengths.min() < 0 or lengths.max() > length):
+        raise ValueError(f"{where}: lengths must lie in [0, L] = [0, {length}], got values from "
+                         f"{int(lengths.min())} to {int(lengths.max())}")
+    return lengths
 
 
-def check_steps(x: torch.Tensor, resets: torch.Tensor | None, mask: torch.Tensor | None, time_dim: int = 1):
-    """The preamble of every `scan`: resets and mask (B, L) checked against x (B, L, ...) (time at `time_dim`)
+def check_steps(x: torch.Tensor, resets: torch.Tensor | None, mask: torch.Tensor | None, time_dim: int = 1,
+                where: str = "scan"):
+    """The flags preamble of every `scan`: resets and mask (B, L) checked against x (B, L, ...) (time at `time_dim`)
     -> (resets, mask) as bool or None, with resets on masked steps dropped (padding never clears a state)."""
     batch, length = x.shape[0], x.shape[time_dim]
-    resets, mask = _check_steps("resets", resets, batch, length), _check_steps("mask", mask, batch, length)
+    resets, mask = check_flags(where, "resets", resets, batch, length), check_flags(where, "mask", mask, batch, length)
     if resets is not None and mask is not None:
         resets = resets & mask
     return resets, mask

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs, where_state
+from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call, where_state
 
 
 class GRU(SequenceLayer):
@@ -26,14 +26,15 @@ class GRU(SequenceLayer):
         self.gru = nn.GRU(d_model, self.d_hidden, batch_first=True)
         self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) -> (y (B, L, d_model), final state).
 
-        Masked steps leave the state unchanged and output zeros.
+        Masked steps leave the state unchanged and output zeros. The GRU runs in the promotion of x's and
+        its weights' dtypes (`promoted_call`), y comes back in x's dtype.
         """
-        resets, mask = check_steps(x, resets, mask)
         batch, length, _ = x.shape
-        h = self.initial_state(batch, x.device, x.dtype) if state is None else state
+        dtype = torch.promote_types(x.dtype, self.gru.weight_ih_l0.dtype)
+        h = self.initial_state(batch, x.device, dtype) if state is None else state.to(dtype)
         # A piece starts wherever some sequence resets or its mask flips; inside a piece every
         # sequence either runs all steps or skips all of them, so one nn.GRU call serves it.
         change = torch.zeros(length, dtype=torch.bool, device=x.device)
@@ -47,19 +48,19 @@ class GRU(SequenceLayer):
         for s, e in zip(starts[:-1], starts[1:]):
             if resets is not None:
                 h = h.masked_fill(resets[:, s, None], 0)
-            out, h_new = self.gru(x[:, s:e], h.unsqueeze(0).contiguous())
+            out, h_new = promoted_call(self.gru, x[:, s:e], h.unsqueeze(0).contiguous())
             h_new = h_new.squeeze(0)
             if mask is not None:
                 h_new = where_state(mask[:, s], h_new, h)
             outs.append(out)
             h = h_new
-        y = self.out_proj(torch.cat(outs, dim=1))
+        y = promoted_call(self.out_proj, torch.cat(outs, dim=1)).to(x.dtype)
         return mask_outputs(mask, y), h
 
-    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+    def _step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, d_model), state (B, d_hidden) -> (y_t (B, d_model), next state)."""
-        out, h = self.gru(x_t.unsqueeze(1), state.unsqueeze(0).contiguous())
-        return self.out_proj(out.squeeze(1)), h.squeeze(0)
+        out, h = promoted_call(self.gru, x_t.unsqueeze(1), state.unsqueeze(0).contiguous())
+        return promoted_call(self.out_proj, out.squeeze(1)).to(x_t.dtype), h.squeeze(0)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """Zeros (batch_size, d_hidden) in the parameters' dtype unless `dtype` is given."""

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, mask_recurrence, step_system
+    SequenceLayer, compute_dtype, full_precision, mask_outputs, mask_recurrence, promoted_call, step_system
 )
 from seqssm.ops.associative import associative_scan, mobius_compose
 from seqssm.ops.linear import linear_scan
@@ -80,18 +80,17 @@ class KalmanLayer(SequenceLayer):
 
     def project(self, x: torch.Tensor, dtype: torch.dtype):
         """x (..., d_model) -> u, and with the update step w and r > 0, each (..., N) in `dtype`."""
-        z = self.in_proj(x).to(dtype)
+        z = promoted_call(self.in_proj, x).to(dtype)
         if not self.update:
             return (z,)
         u, w, r = z.chunk(3, dim=-1)
         return u, w, F.softplus(r)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, d_model), state or None, resets / mask (B, L) bool -> (y (B, L, d_model), final state).
 
         Masked steps leave the belief unchanged and output zeros.
         """
-        resets, mask = check_steps(x, resets, mask)
         dtype = compute_dtype(x.dtype, self.B.dtype)
         signals = self.project(x, dtype)  # under the caller's autocast, like any projection
         if state is None:
@@ -104,8 +103,12 @@ class KalmanLayer(SequenceLayer):
                 final = means[:, -1]
             else:
                 means, final = self._filter(signals, (state[0].to(dtype), state[1].to(dtype)), dA, dB, q, resets, mask)
-        y = mask_outputs(mask, self.out_proj(means.to(x.dtype)))
+        y = mask_outputs(mask, self._read_out(means, x.dtype))
         return y, final
+
+    def _read_out(self, means: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The output y in the input's `dtype` from the posterior means (..., N)."""
+        return promoted_call(self.out_proj, means.to(dtype)).to(dtype)
 
     def _filter(self, signals, state, dA, dB, q, resets, mask):
         """The parallel filter: -> posterior means (B, L, N) and the final (mean, variance)."""
@@ -140,7 +143,7 @@ class KalmanLayer(SequenceLayer):
         means = linear_scan(a, b, initial_state=m0, resets=resets, backend=self.backend)
         return means, (means[:, -1], P[:, -1])
 
-    def step(self, x_t: torch.Tensor, state):
+    def _step(self, x_t: torch.Tensor, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), next state): one predict (and update) step."""
         dtype = compute_dtype(x_t.dtype, self.B.dtype)
         signals = self.project(x_t, dtype)
@@ -156,7 +159,7 @@ class KalmanLayer(SequenceLayer):
                 innov = prior + r
                 m = (r * m + prior * w) / innov
                 new_state = (m, r * prior / innov)
-        return self.out_proj(m.to(x_t.dtype)), new_state
+        return self._read_out(m, x_t.dtype), new_state
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
         """The prior belief: mean zeros (batch_size, N) and variance init_var (vSSM: the mean alone)."""
@@ -185,5 +188,5 @@ class KalmanNoInput(KalmanLayer):
 
     def project(self, x: torch.Tensor, dtype: torch.dtype):
         """x (..., d_model) -> u = 0, w, r > 0, each (..., N)."""
-        w, r = self.in_proj(x).to(dtype).chunk(2, dim=-1)
+        w, r = promoted_call(self.in_proj, x).to(dtype).chunk(2, dim=-1)
         return torch.zeros_like(w), w, F.softplus(r)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, check_steps, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+    SequenceLayer, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
 )
 from seqssm.layers.hippo import hippo_legs, log_dt_init
 from seqssm.ops.fftconv import fft_conv
@@ -57,12 +57,11 @@ class LSSL(SequenceLayer):
         dA, dB, C = self.discrete(dtype)
         return (krylov(dA, dB, L) @ C.unsqueeze(-1)).squeeze(-1)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, H), state (B, H, N) or None, resets / mask (B, L) bool -> (y (B, L, H), final state).
 
         Masked steps leave the state unchanged and output zeros.
         """
-        resets, mask = check_steps(x, resets, mask)
         batch, L, _ = x.shape
         with full_precision(x, self.D) as dtype:
             dA, dB, C = self.discrete(dtype)
@@ -82,24 +81,24 @@ class LSSL(SequenceLayer):
             for t in range(L):
                 if resets is not None:
                     h = h.masked_fill(resets[:, t, None, None], 0)
-                y_t, h_t = self._step(dA, dB, C, D, u[:, t], h)
+                y_t, h_t = self._recurrence_step(dA, dB, C, D, u[:, t], h)
                 h = h_t if mask is None else where_state(mask[:, t], h_t, h)
                 ys.append(y_t)
             y = mask_outputs(mask, torch.stack(ys, dim=1))
         return y.to(x.dtype), h
 
     @staticmethod
-    def _step(dA, dB, C, D, u_t, h):
+    def _recurrence_step(dA, dB, C, D, u_t, h):
         """One step of the discrete system: u_t (B, H), h (B, H, N) -> (y_t (B, H), next h)."""
         # einsum, not dA @ h[..., None]: broadcast matmul copies Ā once per batch element.
         h = torch.einsum("hnm,bhm->bhn", dA, h) + dB * u_t.unsqueeze(-1)
         return (h * C).sum(-1) + D * u_t, h
 
-    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+    def _step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
         with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.discrete, dtype)
-            y, h = self._step(dA, dB, C, self.D.to(dtype), x_t.to(dtype), state.to(dtype))
+            y, h = self._recurrence_step(dA, dB, C, self.D.to(dtype), x_t.to(dtype), state.to(dtype))
         return y.to(x_t.dtype), h
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:

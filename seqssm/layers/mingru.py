@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_steps, compute_dtype, mask_outputs, mask_recurrence
+from seqssm.layers.base import SequenceLayer, compute_dtype, mask_outputs, mask_recurrence, promoted_call
 from seqssm.ops.linear import linear_scan
 
 
@@ -30,22 +30,27 @@ class MinGRU(SequenceLayer):
     def _gates(self, x: torch.Tensor):
         """x (..., d_model) -> the decay 1 - z and the input z h̃, each (..., d_hidden)."""
         # The recurrence runs in at least float32 even under autocast: bf16 decays drift over long sequences.
-        k, h_tilde = self.in_proj(x).to(compute_dtype(x.dtype, self.in_proj.weight.dtype)).chunk(2, dim=-1)
+        gates = promoted_call(self.in_proj, x).to(compute_dtype(x.dtype, self.in_proj.weight.dtype))
+        k, h_tilde = gates.chunk(2, dim=-1)
         # σ(-k) rather than 1 - σ(k): exact when the gate saturates near 1.
         return torch.sigmoid(-k), torch.sigmoid(k) * h_tilde
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, d_model), state (B, d_hidden) or None, resets / mask (B, L) -> (y (B, L, d_model), final state)."""
-        resets, mask = check_steps(x, resets, mask)
         a, b = mask_recurrence(mask, *self._gates(x))
-        h = linear_scan(a, b, initial_state=state, resets=resets, backend=self.backend)
-        return mask_outputs(mask, self.out_proj(h)), h[:, -1]
+        h = linear_scan(a, b, initial_state=None if state is None else state.to(b.dtype), resets=resets,
+                        backend=self.backend)
+        return mask_outputs(mask, self._read_out(h, x.dtype)), h[:, -1]
 
-    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+    def _step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, d_model), state (B, d_hidden) -> (y_t (B, d_model), next state)."""
         a, b = self._gates(x_t)
-        h = torch.addcmul(b, a, state)
-        return self.out_proj(h), h
+        h = torch.addcmul(b, a, state.to(b.dtype))
+        return self._read_out(h, x_t.dtype), h
+
+    def _read_out(self, h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The output y in the input's `dtype` from the states h (..., d_hidden)."""
+        return promoted_call(self.out_proj, h.to(dtype)).to(dtype)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
         """Zeros (batch_size, d_hidden) in the compute dtype of `dtype` (default: the parameters')."""

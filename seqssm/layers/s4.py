@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from seqssm.layers.base import check_steps, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+from seqssm.layers.base import compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
 from seqssm.layers.hippo import s4_init
 from seqssm.layers.s4d import ConvolutionalSSM, diagonal_A, init_diagonal_ssm
 from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
@@ -56,10 +56,9 @@ class S4(ConvolutionalSSM):
         C_tilde = C_r - (C_r.unsqueeze(-2) @ torch.linalg.matrix_power(dA, L)).squeeze(-2)
         return dplr_kernel(Lambda, P, B, real_to_half(C_tilde), dt, L)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, H), state (B, H, N) or None, resets / mask (B, L) -> (y (B, L, H), final state): the dense
         recurrence, one step at a time (correct, not fast: the convolution has no carried state)."""
-        resets, mask = check_steps(x, resets, mask)
         with full_precision(x, self.D) as dtype:
             dA, dB, C = self.dense(dtype)
             u = x.to(dtype)
@@ -74,7 +73,7 @@ class S4(ConvolutionalSSM):
             y = mask_outputs(mask, torch.stack(ys, 1) + self.D.to(dtype) * u)
         return y.to(x.dtype), h
 
-    def step(self, x_t: torch.Tensor, state):
+    def _step(self, x_t: torch.Tensor, state):
         """x_t (B, H), state (B, H, N) -> (y_t (B, H), next state)."""
         with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.dense, dtype)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+    SequenceLayer, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv
@@ -50,7 +50,7 @@ class ConvolutionalSSM(SequenceLayer):
     """Base of S4 and S4D: trains as one FFT convolution with the kernel of its current parameters.
     Subclasses give `kernel(L, dtype)` -> (H, L), the feedthrough `D` (H,), and scan / step."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, lengths=None) -> torch.Tensor:
         """x (B, L, H) -> y (B, L, H) from the zero state: FFT convolution with the kernel, plus D x."""
         with full_precision(x, self.D) as dtype:
             y = fft_conv(x.to(dtype), self.kernel(x.shape[1], dtype), self.D.to(dtype))
@@ -95,13 +95,12 @@ class S4D(ConvolutionalSSM):
         log_dA, dB, C = self.discrete(dtype)
         return s4d_kernel(C, dB, log_dA, L)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, H), state (B, H, N/2) complex or None, resets / mask (B, L) -> (y (B, L, H), final state).
 
         Without resets or mask this is the FFT convolution plus the response to `state`, both
         Vandermonde products; with either it is the recurrence through `linear_scan`.
         """
-        resets, mask = check_steps(x, resets, mask)
         L = x.shape[1]
         with full_precision(x, self.D) as dtype:
             log_dA, dB, C = self.discrete(dtype)
@@ -121,7 +120,7 @@ class S4D(ConvolutionalSSM):
             y = mask_outputs(mask, 2 * torch.einsum("blhn,hn->blh", hs, C).real + self.D.to(dtype) * u)
         return y.to(x.dtype), hs[:, -1]
 
-    def step(self, x_t: torch.Tensor, state):
+    def _step(self, x_t: torch.Tensor, state):
         """x_t (B, H), state (B, H, N/2) complex -> (y_t (B, H), next state)."""
         with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self._step_system, dtype)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, check_steps, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+    SequenceLayer, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import legs_nplr, log_dt_init
 from seqssm.ops.linear import linear_scan
@@ -99,9 +99,8 @@ class S5(SequenceLayer):
         """B̄ u: u (..., H) real, B̄ (P', H) complex -> (..., P') complex."""
         return torch.complex(u @ dB.real.T, u @ dB.imag.T)
 
-    def scan(self, x: torch.Tensor, state=None, resets: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def _scan(self, x: torch.Tensor, state, resets: torch.Tensor | None, mask: torch.Tensor | None):
         """x (B, L, H), state (B, P') complex or None, resets / mask (B, L) bool -> (y (B, L, H), final state)."""
-        resets, mask = check_steps(x, resets, mask)
         with full_precision(x, self.D) as dtype:
             dA, dB, C = self.discrete(dtype)
             u = x.to(dtype)
@@ -111,7 +110,7 @@ class S5(SequenceLayer):
             y = mask_outputs(mask, self._readout(h, C, u))
         return y.to(x.dtype), h[:, -1]
 
-    def step(self, x_t: torch.Tensor, state: torch.Tensor):
+    def _step(self, x_t: torch.Tensor, state: torch.Tensor):
         """x_t (B, H), state (B, P') complex -> (y_t (B, H), next state)."""
         with full_precision(x_t, self.D) as dtype:
             dA, dB, C = step_system(self, self.discrete, dtype)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import ChannelsFirstLayer, check_steps, step_system
+from seqssm.layers.base import ChannelsFirstLayer, check_steps, compute_dtype, promoted_call, step_system
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
 
@@ -58,24 +58,34 @@ class S6(ChannelsFirstLayer):
 
     @property
     def A(self) -> torch.Tensor:
-        """(d_model, d_state), real part negative by construction."""
-        return -torch.exp(self.A_log.float())
+        """(d_model, d_state), real part negative by construction; float32, or float64 in a float64 layer."""
+        return -torch.exp(self.A_log.to(self._ssm_dtype))
+
+    @property
+    def _ssm_dtype(self) -> torch.dtype:
+        """The dtype of A, D and Δ's bias in the scan: the parameters' precision, at least float32."""
+        return compute_dtype(self.A_log.dtype)
 
     def project(self, x: torch.Tensor):
-        """x (..., d_model) -> Δ before bias (..., d_model), B (..., N), C (..., N)."""
-        dt, B, C = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        return F.linear(dt, self.dt_proj.weight), B, C
+        """x (..., d_model) -> Δ before bias (..., d_model), B (..., N), C (..., N), in the promotion of x's and
+        the weights' dtypes."""
+        dt, B, C = promoted_call(self.x_proj, x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return F.linear(dt, self.dt_proj.weight.to(dt.dtype)), B, C
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> torch.Tensor:
-        """Zeros (batch_size, d_model, d_state), float32 unless `dtype` is given."""
+        """Zeros (batch_size, d_model, d_state), float32 (float64 in a float64 layer) unless `dtype` is given."""
         device = device or self.A_log.device
-        return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or torch.float32)
+        return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or self._ssm_dtype)
 
-    def scan_channels_first(self, x, state=None, resets=None, mask=None):
+    def _scan_channels_first(self, x, state, resets, mask):
         """x (B, d_model, L), state (B, d_model, d_state) or None, resets / mask (B, L) -> (y (B, d_model, L),
         final state): `scan` in the layout of the selective scan."""
         delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
         return self.scan_projected(x, delta, B, C, state, resets, mask)
+
+    def _widen(self, u: torch.Tensor) -> torch.Tensor:
+        """u in float64 when the layer is float64 (the selective scan computes in u's precision, at least float32)."""
+        return u.to(self._ssm_dtype) if self._ssm_dtype == torch.float64 else u
 
     def scan_projected(self, u, delta, B, C, state=None, resets=None, mask=None):
         """The scan after the projections: u, delta (Δ before its bias) (B, d_model, L), B, C (B, d_state, L),
@@ -83,26 +93,29 @@ class S6(ChannelsFirstLayer):
 
         Masked steps leave the state untouched (Δ = 0 gives exp(ΔA) = 1 and ΔBu = 0) and output zeros.
         """
-        resets, mask = check_steps(u, resets, mask, time_dim=2)
-        delta_bias, softplus = self.dt_proj.bias.float(), True
+        resets, mask = check_steps(u, resets, mask, time_dim=2, where="S6.scan_projected")
+        out_dtype, u = u.dtype, self._widen(u)
+        ssm = self._ssm_dtype
+        delta_bias, softplus = self.dt_proj.bias.to(ssm), True
         if mask is not None:  # Δ itself, in the scan's compute dtype, zero on masked steps
             compute = torch.promote_types(u.dtype, torch.float32)
             delta = F.softplus(delta.to(compute) + delta_bias.to(compute)[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
             delta_bias, softplus = None, False
         y, last = selective_scan(
-            u, delta, self.A, B, C, self.D.float(), delta_bias=delta_bias, delta_softplus=softplus,
+            u, delta, self.A, B, C, self.D.to(ssm), delta_bias=delta_bias, delta_softplus=softplus,
             return_last_state=True, initial_state=state, resets=resets, backend=self.backend,
         )
-        return (y if mask is None else y.masked_fill(~mask.unsqueeze(1), 0)), last
+        return (y if mask is None else y.masked_fill(~mask.unsqueeze(1), 0)).to(out_dtype), last
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         """x_t (B, d_model), state (B, d_model, d_state) -> (y_t (B, d_model), next state)."""
         return self.step_projected(x_t, *self.project(x_t), state)
 
     def step_projected(self, u_t, delta_t, B_t, C_t, state):
         """One step after the projections: u_t, delta_t (Δ before its bias) (B, d_model), B_t, C_t (B, d_state),
         state -> (y_t (B, d_model), next state)."""
-        A = step_system(self, lambda dtype: self.A, torch.float32)
-        return selective_step(
-            state, u_t, delta_t, A, B_t, C_t, self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True
-        )
+        ssm = self._ssm_dtype
+        A = step_system(self, lambda dtype: self.A, ssm)
+        y, state = selective_step(state, self._widen(u_t), delta_t, A, B_t, C_t, self.D.to(ssm),
+                                  delta_bias=self.dt_proj.bias.to(ssm), delta_softplus=True)
+        return y.to(u_t.dtype), state

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call
 from seqssm.ops.masked import gather_steps, scatter_steps, valid_first
 
 
@@ -41,25 +41,27 @@ class CausalTransformer(SequenceLayer):
             nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, batch_first=True) for _ in range(n_layers)
         )
 
-    def scan(self, x, state=None, resets=None, mask=None):
+    def _scan(self, x, state, resets, mask):
         """x (B, L, d_model), state or None, resets / mask (B, L) bool -> (y (B, L, d_model), state)."""
-        resets, mask = check_steps(x, resets, mask)
         if state is None:
             state = self.initial_state(x.shape[0], x.device, x.dtype)
         if mask is None:
-            return self._scan(x, state, resets, None)
+            return self._scan_padded(x, state, resets, None)
         order, counts = valid_first(mask)
         valid = torch.arange(x.shape[1], device=x.device) < counts[:, None]
-        y, state = self._scan(gather_steps(x, order), state, None if resets is None else gather_steps(resets, order), valid)
+        resets = None if resets is None else gather_steps(resets, order)
+        y, state = self._scan_padded(gather_steps(x, order), state, resets, valid)
         return scatter_steps(y, order), state
 
-    def _scan(self, x, state, resets, valid_x):
-        """`scan` on right-padded steps: valid_x (B, L) True on each row's first steps, or None (all valid)."""
+    def _scan_padded(self, x, state, resets, valid_x):
+        """`scan` on right-padded steps: valid_x (B, L) True on each row's first steps, or None (all valid).
+        Runs in the promotion of x's and the weights' dtypes; y comes back in x's dtype."""
         batch, length, _ = x.shape
         past, count, steps = state
         n_past = self.context - 1
         arange_past = torch.arange(n_past, device=x.device)
-        seq = torch.cat([past.to(x.dtype), x], dim=1)
+        dtype = torch.promote_types(x.dtype, self.layers[0].linear1.weight.dtype)
+        seq = torch.cat([past.to(dtype), x.to(dtype)], dim=1)
         if valid_x is None:
             valid_x = torch.ones(batch, length, dtype=torch.bool, device=x.device)
         valid = torch.cat([arange_past >= n_past - count[:, None], valid_x], dim=1)
@@ -78,9 +80,9 @@ class CausalTransformer(SequenceLayer):
             blocked = blocked | (segment[:, :, None] != segment[:, None, :])
         blocked = blocked & (gap != 0)  # every query sees itself, so padded queries have a finite softmax
         attn_mask = blocked.repeat_interleave(self.n_heads, dim=0)
-        h = seq + sinusoidal(positions.clamp(min=0), self.d_model).to(x.dtype)
+        h = seq + sinusoidal(positions.clamp(min=0), self.d_model).to(dtype)
         for layer in self.layers:
-            h = layer(h, src_mask=attn_mask)
+            h = promoted_call(layer, h, src_mask=attn_mask)
         n_new = valid_x.sum(1)
         if segment is None:
             new_count, new_steps = (count + n_new).clamp(max=n_past), steps + n_new
@@ -91,11 +93,11 @@ class CausalTransformer(SequenceLayer):
         keep = n_new[:, None] + arange_past  # the last n_past valid tokens
         new_past = seq.gather(1, keep.unsqueeze(-1).expand(-1, -1, self.d_model))
         new_past = new_past * (arange_past >= n_past - new_count[:, None]).unsqueeze(-1)
-        return mask_outputs(valid_x, h[:, n_past:]), (new_past, new_count, new_steps)
+        return mask_outputs(valid_x, h[:, n_past:].to(x.dtype)), (new_past, new_count, new_steps)
 
-    def step(self, x_t, state):
+    def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state): attends over the stored window."""
-        y, state = self.scan(x_t.unsqueeze(1), state)
+        y, state = self._scan(x_t.unsqueeze(1), state, None, None)
         return y[:, 0], state
 
     def initial_state(self, batch_size: int, device=None, dtype=None):

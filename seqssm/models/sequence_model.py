@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -11,13 +12,53 @@ from torch import nn
 from seqssm.blocks.stack import make_stack
 from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.layers import frozen_weights
-from seqssm.layers.base import check_steps, mask_outputs
+from seqssm.layers.base import check_lengths, check_steps, mask_outputs
+from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
 
 POOLINGS = ("mean", "last", "cls", None)
 
 
+def check_temperature(temperature, name: str = "temperature") -> float:
+    """A sampling temperature: a finite number >= 0 (0: greedy). A negative one would sample the inverted
+    distribution, so it is refused like any other bad value."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"{name} must be a number >= 0 (0: greedy), got {temperature!r}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    return float(temperature)
+
+
+def check_top_k(top_k, name: str = "top_k") -> int | None:
+    """None (sample from every token) or an int >= 1 (sample from the top_k most likely)."""
+    if top_k is None:
+        return None
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"{name} must be None (no cut) or an int >= 1, got {top_k!r}")
+    if top_k < 1:
+        raise ValueError(f"{name} must be None (no cut) or an int >= 1, got {top_k}")
+    return top_k
+
+
+def check_max_new_tokens(max_new_tokens, name: str = "max_new_tokens") -> int:
+    """The number of tokens to generate: an int >= 0."""
+    try:
+        n = None if isinstance(max_new_tokens, bool) else operator.index(max_new_tokens)
+    except TypeError:
+        n = None
+    if n is None:
+        raise TypeError(f"{name} must be an int >= 0, got {max_new_tokens!r}")
+    if n < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {n}")
+    return n
+
+
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, generator=None) -> torch.Tensor:
-    """Next tokens (B,) from logits (B, V): greedy at temperature 0, else softmax(logits / T) over the top_k."""
+    """Next tokens (B,) from logits (B, V): greedy at temperature 0, else softmax(logits / T) over the top_k
+    (temperature >= 0, top_k None or >= 1; others are refused)."""
+    temperature, top_k = check_temperature(temperature), check_top_k(top_k)
+    check_floating("sample_next", logits=logits)
+    if logits.ndim != 2:
+        raise InputShapeError(f"sample_next: logits must be (batch, vocab), got {tuple(logits.shape)}")
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
@@ -146,23 +187,57 @@ class SequenceModel(nn.Module):
     def causal(self) -> bool:
         return self.backbone.causal
 
-    @staticmethod
-    def _lengths(inputs: torch.Tensor, lengths, mask) -> torch.Tensor | None:
+    def _check_inputs(self, inputs: torch.Tensor, where: str, name: str = "inputs", step: bool = False) -> None:
+        """Token ids (B, L) integer in [0, vocab_size), or numbers (B, L, d_input) floating; one step drops L."""
+        where = f"SequenceModel.{where}"
+        if isinstance(self.embedding, nn.Embedding):
+            layout = "(batch,)" if step else "(batch, L)"
+            if not isinstance(inputs, torch.Tensor) or inputs.is_floating_point() or inputs.is_complex() \
+                    or inputs.dtype == torch.bool:
+                got = inputs.dtype if isinstance(inputs, torch.Tensor) else type(inputs).__name__
+                raise InputDtypeError(f"{where}: {name} must be integer token ids {layout} (torch.long), got {got}")
+            if inputs.ndim != (1 if step else 2):
+                hint = f": for one sequence pass {name}[None]" if inputs.ndim == 1 and not step else ""
+                raise InputShapeError(f"{where}: {name} must be token ids {layout}, "
+                                      f"got shape {tuple(inputs.shape)}{hint}")
+            if inputs.numel():
+                low, high = torch.aminmax(inputs)
+                if low < 0 or high >= self.vocab_size:
+                    raise ValueError(f"{where}: {name} must lie in [0, vocab_size) = [0, {self.vocab_size}), "
+                                     f"got ids from {int(low)} to {int(high)}")
+        else:
+            check_floating(where, **{name: inputs})
+            d_input = self.embedding.in_features
+            layout = "(batch, d_input)" if step else "(batch, L, d_input)"
+            if inputs.ndim != (2 if step else 3) or inputs.shape[-1] != d_input:
+                raise InputShapeError(f"{where}: {name} must be {layout} = {layout.replace('d_input', str(d_input))}, "
+                                      f"got {tuple(inputs.shape)}")
+
+    def _lengths(self, inputs: torch.Tensor, lengths, mask) -> torch.Tensor | None:
+        """lengths (B,) or a right-padding mask (B, L) (bool, or integer 0/1) -> lengths (B,) long, or None."""
+        batch, length = inputs.shape[:2]
         if mask is not None:
             if lengths is not None:
-                raise ValueError("give lengths or mask, not both")
-            mask = mask.to(torch.bool)
+                raise ValueError("SequenceModel.forward: give lengths or mask, not both")
+            mask = check_flags("SequenceModel.forward", "mask", mask, batch, length)
             lengths = mask.sum(1)
             if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths[:, None]):
                 raise ValueError("mask must mark right-padded sequences: True for the first lengths[b] positions only")
-        if lengths is not None:
-            lengths = lengths.to(device=inputs.device, dtype=torch.long)
-            if lengths.shape != inputs.shape[:1]:
-                raise ValueError(f"lengths must be (batch,) = ({inputs.shape[0]},), got {tuple(lengths.shape)}")
-        return lengths
+        lengths = check_lengths("SequenceModel.forward", lengths, batch, length)
+        if self.pooling is not None:
+            if length == 0:
+                raise InputShapeError(f"SequenceModel.forward: pooling={self.pooling!r} classifies whole sequences "
+                                      "and needs at least one token each, got an empty sequence (L = 0)")
+            if lengths is not None and lengths.numel() and lengths.min() < 1:
+                raise ValueError(f"SequenceModel.forward: pooling={self.pooling!r} needs at least one token per "
+                                 f"sequence; lengths holds 0 at rows {torch.nonzero(lengths < 1).flatten().tolist()}")
+        return None if lengths is None else lengths.to(device=inputs.device, dtype=torch.long)
 
     def embed(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, L) long or numbers (B, L, d_input) -> (B, L, d_model); also one step (B,) / (B, d_input)."""
+        """Token ids (B, L) long or numbers (B, L, d_input) -> (B, L, d_model); also one step (B,) / (B, d_input).
+        Numbers of any floating dtype are read in the model's (float64 observations from numpy, say)."""
+        if inputs.is_floating_point():
+            inputs = inputs.to(self.embedding.weight.dtype)
         return self.embedding(inputs)
 
     def _head(self, h: torch.Tensor) -> torch.Tensor:
@@ -171,12 +246,14 @@ class SequenceModel(nn.Module):
 
     def features(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """Inputs (B, L) or (B, L, d_input), lengths (B,) or mask (B, L) -> (B, L, d_model) after the final norm."""
+        self._check_inputs(inputs, "features")
         lengths = self._lengths(inputs, lengths, mask)
         return self.backbone(self.embed(inputs), lengths=lengths)
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None, mask: torch.Tensor | None = None):
         """Inputs (B, L) ids or (B, L, d_input), right padding given by lengths (B,) or mask (B, L) bool (True = valid)
         -> (B, n_classes) when pooling is set, else (B, L, vocab_size or n_classes)."""
+        self._check_inputs(inputs, "forward")
         lengths = self._lengths(inputs, lengths, mask)
         x = self.embed(inputs)
         batch, length = x.shape[:2]
@@ -205,12 +282,18 @@ class SequenceModel(nn.Module):
         """Causal models: raw inputs (B, L) or (B, L, d_input), backbone state (or None), resets / mask (B, L)
         bool -> (per-token head outputs (B, L, vocab_size or n_classes), state). No pooling: these are the
         outputs "last" pooling would give at every position. Masked steps leave the state unchanged and output zeros."""
-        resets, mask = check_steps(inputs, resets, mask)
+        self._check_inputs(inputs, "scan")
+        resets, mask = check_steps(inputs, resets, mask, where="SequenceModel.scan")
         h, state = self.backbone.scan(self.embed(inputs), state, resets, mask)
         return mask_outputs(mask, self._head(h)), state
 
-    def step(self, input_t: torch.Tensor, state):
-        """Causal models: one input (B,) ids or (B, d_input), state -> (head output (B, vocab_size or n_classes), state)."""
+    def step(self, input_t: torch.Tensor, state=None):
+        """Causal models: one input (B,) ids or (B, d_input), state (None: zeros) -> (head output (B, vocab_size or
+        n_classes), state)."""
+        self._check_inputs(input_t, "step", "input_t", step=True)
+        return self._step(input_t, state)
+
+    def _step(self, input_t: torch.Tensor, state):
         h, state = self.backbone.step(self.embed(input_t), state)
         return self._head(h), state
 
@@ -228,11 +311,25 @@ class SequenceModel(nn.Module):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """Prompt ids (B, L) -> (B, L + max_new_tokens): the prompt is scanned once, then each new token
-        costs one `step` on the fixed-size state. temperature 0 is greedy. Put the model in eval mode first."""
+        costs one `step` on the fixed-size state. temperature 0 is greedy. Put the model in eval mode first.
+
+        input_ids: integer ids in [0, vocab_size), shape (batch, L) with L >= 1 (a 1-D prompt is refused, not
+        guessed to be batch 1: pass input_ids[None]); batch 0 gives (0, L + max_new_tokens). max_new_tokens >= 0,
+        temperature >= 0, top_k None or >= 1.
+        """
         if not self.is_lm:
             raise ValueError("generate needs a language model (vocab_size, no n_classes, pooling None)")
         if not self.causal:
             raise ValueError("generate needs a causal model; a bidirectional one sees the tokens it would predict")
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
+        temperature, top_k = check_temperature(temperature), check_top_k(top_k)
+        self._check_inputs(input_ids, "generate", "input_ids")
+        batch, length = input_ids.shape
+        if length == 0:
+            raise InputShapeError(f"SequenceModel.generate: input_ids {tuple(input_ids.shape)} holds no prompt: give "
+                                  "at least one token per sequence (e.g. a start-of-text id) to condition on")
+        if batch == 0:
+            return input_ids.new_empty(0, length + max_new_tokens)
         # Only the last position's logits are needed: a (B, L, vocab) head output would cost L times more.
         h, state = self.backbone.scan(self.embed(input_ids))
         logits, tokens = self._head(h[:, -1]), [input_ids]
@@ -241,5 +338,5 @@ class SequenceModel(nn.Module):
                 nxt = sample_next(logits, temperature, top_k, generator)
                 tokens.append(nxt[:, None])
                 if i + 1 < max_new_tokens:
-                    logits, state = self.step(nxt, state)
+                    logits, state = self._step(nxt, state)  # ids it sampled itself: no range check
         return torch.cat(tokens, dim=1)

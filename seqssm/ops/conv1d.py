@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, extension_imports, register
+from seqssm.ops.checks import InputShapeError, check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
 
 
@@ -26,15 +27,16 @@ def has_causal_conv1d() -> bool:
 
 def _check(x, weight, bias, initial_state, resets):
     if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[1]:
-        raise ValueError(f"need x (batch, dim, L) and weight (dim, K); got {tuple(x.shape)} and {tuple(weight.shape)}")
+        raise InputShapeError(f"causal_conv1d: need x (batch, dim, L) and weight (dim, K); "
+                              f"got {tuple(x.shape)} and {tuple(weight.shape)}")
     batch, dim, length = x.shape
     if bias is not None and bias.shape != (dim,):
-        raise ValueError(f"bias must be (dim,) = ({dim},), got {tuple(bias.shape)}")
+        raise InputShapeError(f"causal_conv1d: bias must be (dim,) = ({dim},), got {tuple(bias.shape)}")
     if initial_state is not None and initial_state.shape != (batch, dim, weight.shape[1] - 1):
         expected = (batch, dim, weight.shape[1] - 1)
-        raise ValueError(f"initial_state must be (batch, dim, K-1) = {expected}, got {tuple(initial_state.shape)}")
-    if resets is not None and resets.shape != (batch, length):
-        raise ValueError(f"resets must be (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
+        raise InputShapeError(f"causal_conv1d: initial_state must be (batch, dim, K-1) = {expected}, "
+                              f"got {tuple(initial_state.shape)}")
+    check_flags("causal_conv1d", "resets", resets, batch, length)
 
 
 def _source_mask(resets: torch.Tensor | None, length: int, k: int, device) -> torch.Tensor | None:
@@ -116,8 +118,17 @@ def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, 
 def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, backend: str = "auto"):
     """Causal depthwise conv: x (batch, dim, L), weight (dim, K), bias (dim,), initial_state (batch, dim, K-1),
     resets (batch, L) bool -> y (batch, dim, L) [, final state (batch, dim, K-1)].
-    backend: one of `backends("causal_conv1d")`."""
+    backend: one of `backends("causal_conv1d")`. Inputs follow `seqssm.ops.checks`: floating point only;
+    an empty x gives an empty y and the state unchanged (a batch-0 state for batch 0)."""
+    check_floating("causal_conv1d", x=x, weight=weight, bias=bias, initial_state=initial_state)
     _check(x, weight, bias, initial_state, resets)
+    resets = check_flags("causal_conv1d", "resets", resets, x.shape[0], x.shape[2])
+    if x.numel() == 0:
+        y = x.new_zeros(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype))
+        if not return_final_state:
+            return y
+        state = x.new_zeros(*x.shape[:2], weight.shape[1] - 1) if initial_state is None else initial_state.to(x.dtype)
+        return y, state
     floats = (x, weight, bias, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
                 resets is not None)
@@ -126,6 +137,7 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
 
 def causal_conv1d_step(x_t, state, weight, bias=None):
     """One step: x_t (batch, dim), state (batch, dim, K-1) -> (y_t (batch, dim), next state)."""
+    check_floating("causal_conv1d_step", x_t=x_t, state=state, weight=weight, bias=bias)
     window = torch.cat([state.to(x_t.dtype), x_t.unsqueeze(-1)], dim=-1)
     y = (window * weight).sum(-1)
     if bias is not None:

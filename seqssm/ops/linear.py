@@ -21,6 +21,7 @@ import torch
 from seqssm.ops.backend import (
     COMPLEX, CUDA, NEVER, REAL, Backend, Call, choose, register, triton_device_check, triton_missing,
 )
+from seqssm.ops.checks import InputShapeError, check_flags, check_floating
 
 # Elements per time slice above which scanning chunks side by side stops paying off: past this
 # size one step is bandwidth-bound already, so the plain sequential loop is the fastest.
@@ -31,22 +32,20 @@ def broadcast_inputs(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
     """Check the inputs and bring a, b to one dtype and b's broadcast shape (a as an expanded view)
     -> (a, b, initial_state); resets are only checked."""
     if b.ndim < 2:
-        raise ValueError(f"linear_scan expects b of shape (batch, L, ...), got {tuple(b.shape)}")
+        raise InputShapeError(f"linear_scan: b must be (batch, L, ...), got {tuple(b.shape)}")
     dtype = torch.promote_types(a.dtype, b.dtype)
     try:
         shape = torch.broadcast_shapes(a.shape, b.shape)
     except RuntimeError as err:
-        raise ValueError(f"a {tuple(a.shape)} does not broadcast against b {tuple(b.shape)}") from err
+        raise InputShapeError(f"linear_scan: a {tuple(a.shape)} does not broadcast against b {tuple(b.shape)}") from err
     a = a.to(dtype).expand(shape)
     b = b.to(dtype).expand(shape)
     batch, length = shape[:2]
-    if resets is not None and resets.shape != (batch, length):
-        raise ValueError(f"resets must have shape (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
+    check_flags("linear_scan", "resets", resets, batch, length)
     if initial_state is not None:
         if initial_state.shape != (batch, *shape[2:]):
-            raise ValueError(
-                f"initial_state must have shape (batch, ...) = {(batch, *shape[2:])}, got {tuple(initial_state.shape)}"
-            )
+            raise InputShapeError(f"linear_scan: initial_state must have shape (batch, ...) = {(batch, *shape[2:])}, "
+                                  f"got {tuple(initial_state.shape)}")
         initial_state = initial_state.to(dtype)
     return a, b, initial_state
 
@@ -150,8 +149,14 @@ def linear_scan(a, b, initial_state=None, resets=None, backend: str = "auto"):
 
     a, b: (batch, L, ...) real or complex, `a` broadcastable to `b`; initial_state (batch, ...)
     or None (zeros); resets (batch, L) bool, True at t zeroes the state before step t.
-    Returns every state h (batch, L, ...). backend: one of `backends("linear_scan")`.
+    Returns every state h (batch, L, ...) in the promoted dtype of a and b. backend: one of
+    `backends("linear_scan")`. Inputs follow `seqssm.ops.checks`: floating or complex, empty in, empty out.
     """
+    check_floating("linear_scan", allow_complex=True, a=a, b=b, initial_state=initial_state)
+    _, h_like, _ = broadcast_inputs(a, b, initial_state, resets)
+    resets = check_flags("linear_scan", "resets", resets, *h_like.shape[:2])
+    if h_like.numel() == 0:
+        return torch.zeros(h_like.shape, dtype=h_like.dtype, device=h_like.device)
     call = Call(b.device, (a.dtype, b.dtype), initial_state is not None, resets is not None)
     return choose("linear_scan", backend, call)(a, b, initial_state, resets)
 

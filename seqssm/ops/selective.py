@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from seqssm.ops.backend import (
     CUDA, NEVER, Backend, Call, choose, mamba_ssm_missing, register, triton_device_check, triton_missing,
 )
+from seqssm.ops.checks import InputShapeError, check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
@@ -34,10 +35,11 @@ _CHUNK_ELEMENTS = 1 << 17
 
 def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets):
     if u.ndim != 3 or delta.shape != u.shape:
-        raise ValueError(f"u and delta must both be (batch, dim, L); got {tuple(u.shape)} and {tuple(delta.shape)}")
+        raise InputShapeError(f"selective_scan: u and delta must both be (batch, dim, L); "
+                              f"got {tuple(u.shape)} and {tuple(delta.shape)}")
     batch, dim, length = u.shape
     if A.ndim != 2 or A.shape[0] != dim:
-        raise ValueError(f"A must be (dim, N) = ({dim}, N), got {tuple(A.shape)}")
+        raise InputShapeError(f"selective_scan: A must be (dim, N) = ({dim}, N), got {tuple(A.shape)}")
     if A.is_complex():
         raise ValueError("selective_scan supports real A only")
     n = A.shape[1]
@@ -46,21 +48,22 @@ def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets):
             M.ndim == 4 and M.shape[0] == batch and M.shape[2:] == (n, length) and dim % M.shape[1] == 0
         )
         if not ok:
-            raise ValueError(
-                f"{name} must be (batch, N, L) = ({batch}, {n}, {length}), (batch, groups, N, L) with groups "
-                f"dividing dim={dim}, or time-invariant (dim, N) = ({dim}, {n}); got {tuple(M.shape)}"
+            raise InputShapeError(
+                f"selective_scan: {name} must be (batch, N, L) = ({batch}, {n}, {length}), (batch, groups, N, L) "
+                f"with groups dividing dim={dim}, or time-invariant (dim, N) = ({dim}, {n}); got {tuple(M.shape)}"
             )
     if B.ndim == 4 and C.ndim == 4 and B.shape[1] != C.shape[1]:
-        raise ValueError(f"B and C must have the same number of groups, got {B.shape[1]} and {C.shape[1]}")
+        raise InputShapeError(f"selective_scan: B and C must have the same number of groups, "
+                              f"got {B.shape[1]} and {C.shape[1]}")
     for name, v in (("D", D), ("delta_bias", delta_bias)):
         if v is not None and v.shape != (dim,):
-            raise ValueError(f"{name} must be (dim,) = ({dim},), got {tuple(v.shape)}")
+            raise InputShapeError(f"selective_scan: {name} must be (dim,) = ({dim},), got {tuple(v.shape)}")
     if z is not None and z.shape != u.shape:
-        raise ValueError(f"z must be (batch, dim, L) like u, got {tuple(z.shape)}")
+        raise InputShapeError(f"selective_scan: z must be (batch, dim, L) like u, got {tuple(z.shape)}")
     if initial_state is not None and initial_state.shape != (batch, dim, n):
-        raise ValueError(f"initial_state must be (batch, dim, N) = ({batch}, {dim}, {n}), got {tuple(initial_state.shape)}")
-    if resets is not None and resets.shape != (batch, length):
-        raise ValueError(f"resets must be (batch, L) = ({batch}, {length}), got {tuple(resets.shape)}")
+        raise InputShapeError(f"selective_scan: initial_state must be (batch, dim, N) = ({batch}, {dim}, {n}), "
+                              f"got {tuple(initial_state.shape)}")
+    check_flags("selective_scan", "resets", resets, batch, length)
 
 
 def _finish(y, u, D, z, out_dtype):
@@ -81,14 +84,16 @@ def _prepare_delta(delta, delta_bias, delta_softplus, compute):
 def selective_step(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False):
     """One step of the selective scan: h (batch, dim, N), u_t, delta_t, z_t (batch, dim), A (dim, N),
     B_t, C_t (batch, N) or (batch, groups, N) -> (y_t (batch, dim), next h)."""
+    check_floating("selective_step", h=h, u_t=u_t, delta_t=delta_t, A=A, B_t=B_t, C_t=C_t, D=D, z_t=z_t,
+                   delta_bias=delta_bias)
     batch, dim = u_t.shape
     n = A.shape[1]
     out_dtype = u_t.dtype
     compute = torch.promote_types(u_t.dtype, torch.float32)
     delta_t = _prepare_delta(delta_t.unsqueeze(-1), delta_bias, delta_softplus, compute).squeeze(-1)
-    B_t = B_t.to(compute).view(batch, -1, 1, n)
-    C_t = C_t.to(compute).view(batch, -1, 1, n)
-    groups = B_t.shape[1]
+    groups = B_t.shape[1] if B_t.ndim == 3 else 1
+    B_t = B_t.to(compute).view(batch, groups, 1, n)
+    C_t = C_t.to(compute).view(batch, groups, 1, n)
     shape = (batch, groups, dim // groups)
     u_g, delta_g = u_t.to(compute).view(shape), delta_t.view(shape)
     h = h.to(compute).view(*shape, n)
@@ -395,9 +400,19 @@ def selective_scan(
 
     Same arguments as mamba_ssm's `selective_scan_fn`, plus `initial_state` (batch, dim, N) and
     `resets` (batch, L) bool (True at t zeroes the state before step t). backend: one of
-    `backends("selective_scan")` ("auto", "reference", "mamba_ssm", "triton", "torch").
+    `backends("selective_scan")` ("auto", "reference", "mamba_ssm", "triton", "torch"). Inputs follow
+    `seqssm.ops.checks`: floating point only, y in u's dtype; empty u gives empty y and the state unchanged.
     """
+    check_floating("selective_scan", u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
+                   initial_state=initial_state)
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets)
+    resets = check_flags("selective_scan", "resets", resets, u.shape[0], u.shape[2])
+    if u.numel() == 0:
+        y = torch.zeros_like(u)
+        if not return_last_state:
+            return y
+        last = u.new_zeros(*u.shape[:2], A.shape[1]) if initial_state is None else initial_state.to(u.dtype)
+        return y, last
     floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     call = Call(
         u.device, tuple(x.dtype for x in floats if x is not None), initial_state is not None, resets is not None,

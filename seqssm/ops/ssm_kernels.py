@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from seqssm.ops.checks import check_floating, check_length
+
 DISCRETIZATIONS = ("zoh", "bilinear")
 
 
@@ -88,6 +90,8 @@ def vandermonde_transpose_product(u: torch.Tensor, log_a: torch.Tensor) -> torch
 
 def s4d_kernel(C: torch.Tensor, dB: torch.Tensor, log_dA: torch.Tensor, L: int) -> torch.Tensor:
     """Diagonal SSM kernel: C, B̄, log Ā (H, N/2) complex -> K (H, L) real, K_j = 2 Re Σ_n C_n Ā_n^j B̄_n."""
+    check_floating("s4d_kernel", allow_complex=True, C=C, dB=dB, log_dA=log_dA)
+    L = check_length("s4d_kernel", L)
     return 2 * vandermonde_product(C * dB, log_dA, L).real
 
 
@@ -119,6 +123,9 @@ def dplr_kernel(
     Σ_{j<L} C Ā^j B̄ ω^j = C~ (I - Ā ω)^{-1} B̄; at the L-th roots of unity the bilinear resolvent
     equals Δ [(1-ω) I - Δ/2 (1+ω) A]^{-1}, inverted by Woodbury over the rank-1 term.
     """
+    check_floating("dplr_kernel", allow_complex=True, Lambda=Lambda, P=P, B=B, C_tilde=C_tilde, dt=dt)
+    if check_length("dplr_kernel", L) == 0:
+        return dt.new_zeros(dt.shape[0], 0, dtype=Lambda.real.dtype)
     omega = roots_of_unity(L, dtype=Lambda.dtype, device=Lambda.device)
     # Sums of C~ B, C~ p, p^* B, p^* p over all N modes (conjugate partners included).
     v = torch.stack([C_tilde * B, C_tilde * P, P.conj() * B, P.conj() * P])
@@ -152,6 +159,9 @@ def real_to_half(c: torch.Tensor) -> torch.Tensor:
 
 def dense_kernel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, dt: torch.Tensor, L: int, method: str = "zoh"):
     """Reference kernel by the plain power loop: A (H, N, N), B, C (H, N), dt (H) -> K (H, L), K_j = C Ā^j B̄."""
+    check_floating("dense_kernel", allow_complex=True, A=A, B=B, C=C, dt=dt)
+    if check_length("dense_kernel", L) == 0:
+        return C.new_zeros(C.shape[0], 0, dtype=torch.promote_types(C.dtype, B.dtype))
     dA, dB = discretize_dense(A, B, dt, method)
     out = []
     for _ in range(L):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -58,18 +59,24 @@ def convert_main(argv: list[str]) -> None:
           json.dumps(architecture_overrides(model.config)))
 
 
+def _usage_error(message: str):
+    """One line on stderr and exit code 2, as argparse reports a bad argument."""
+    print(f"seqssm generate: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _prompt_ids(prompt: str) -> list[int]:
     try:
         return [int(t) for t in prompt.replace(",", " ").split()]
     except ValueError:
-        raise SystemExit(f"seqssm generate: error: the folder has no {TOKENIZER_FILE}, so --prompt must be token ids "
-                         f"(e.g. \"12 7 301\"), got {prompt!r}") from None
+        _usage_error(f"the folder has no {TOKENIZER_FILE}, so --prompt must be token ids (e.g. \"12 7 301\"), "
+                     f"got {prompt!r}")
 
 
 def generate_main(argv: list[str]) -> None:
     """`seqssm generate PATH --prompt TEXT`: continue a prompt with a pretrained language model."""
     from ...data.tokenized import PretrainedTokenizer
-    from ..sequence_model import SequenceModel
+    from ..sequence_model import SequenceModel, check_max_new_tokens, check_temperature, check_top_k
 
     parser = argparse.ArgumentParser(prog="seqssm generate", description=generate_main.__doc__)
     parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
@@ -80,11 +87,24 @@ def generate_main(argv: list[str]) -> None:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     ns = parser.parse_args(argv)
+    try:  # the same checks as SequenceModel.generate, before anything is loaded, naming the options
+        check_max_new_tokens(ns.max_new_tokens, "--max-new-tokens")
+        check_temperature(ns.temperature, "--temperature")
+        check_top_k(ns.top_k, "--top-k")
+    except (TypeError, ValueError) as e:
+        _usage_error(str(e))
     tokenizer = PretrainedTokenizer(ns.path) if (Path(ns.path) / TOKENIZER_FILE).is_file() else None
     ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else _prompt_ids(ns.prompt)
     if not ids:
-        raise SystemExit("seqssm generate: error: the prompt encodes to no tokens")
+        _usage_error("--prompt encodes to no tokens: give at least one")
     model = SequenceModel.from_pretrained(ns.path).eval()
+    if not (model.is_lm and model.causal):
+        _usage_error(f"{ns.path} holds a {'classifier' if not model.is_lm else 'bidirectional model'}, not a causal "
+                     "language model: generate continues prompts with next-token models only")
+    outside = sorted({i for i in ids if not 0 <= i < model.vocab_size})
+    if outside:
+        _usage_error(f"--prompt has token ids outside the model's vocabulary [0, {model.vocab_size}): "
+                     f"{', '.join(map(str, outside[:8]))}")
     out = model.generate(torch.tensor([ids]), ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
                          generator=torch.Generator().manual_seed(ns.seed))[0].tolist()
     print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))

@@ -1,0 +1,258 @@
+"""Bad input to every public layer and block (issue 19, "Layers and generation"): integer and bool inputs are
+refused with the cast that fixes them, every floating dtype is accepted and comes back in its own dtype, empty
+inputs give empty outputs and the state unchanged, and wrong shapes, states and flags name the expected and the
+given shape. Every layer of the registry is covered, plus the Simple, Mamba, placebo, RoPE and bidirectional
+blocks and block stacks."""
+
+import re
+
+import pytest
+import torch
+
+from seqssm.blocks import MambaBlock, SimpleBlock, make_stack
+from seqssm.layers import LAYERS, S6, build_layer
+from seqssm.layers.base import map_state
+from seqssm.ops import selective_scan_reference
+from seqssm.ops.checks import InputDtypeError, InputShapeError
+from seqssm.testing import assert_close_states
+
+D = 4
+SMALL = {"s4": 4, "s4d": 4, "s6": 3, "s5": 4, "lssl": 3, "lsslf": 3, "mingru": 5, "gru": 5, "kalman": 3,
+         "kalman_u": 3, "vssm": 3, "transformer": 4}
+BLOCKS = {
+    "simple-s4d": lambda: SimpleBlock(D, "s4d", d_state=4),
+    "mamba-s6": lambda: MambaBlock(D, "s6", d_state=3),
+    "mamba-s5-placebo": lambda: MambaBlock(D, "s5", d_state=4, placebo=True),
+    "simple-s4d-rope": lambda: SimpleBlock(D, "s4d", d_state=4, rope={}),
+    "mamba-s6-rope-BC": lambda: MambaBlock(D, "s6", d_state=3, rope={"targets": ["B", "C"]}),
+    "stack-mamba": lambda: make_stack("mamba", D, 2, d_state=3),
+    "stack-simple-s5": lambda: make_stack("simple", D, 2, ssp="s5", d_state=4),
+}
+BIDIRECTIONAL = {
+    "mamba-s6-bi": lambda: MambaBlock(D, "s6", d_state=3, bidirectional=True),
+    "stack-mamba-bi": lambda: make_stack("mamba", D, 2, d_state=3, bidirectional=True),
+}
+MODULES = {**{name: (lambda name=name: build_layer(name, D, SMALL[name])) for name in LAYERS}, **BLOCKS}
+
+
+def test_the_corpus_covers_the_registry():
+    assert set(SMALL) == set(LAYERS)
+
+
+@pytest.fixture(params=list(MODULES))
+def module(request):
+    torch.manual_seed(0)
+    module = MODULES[request.param]().eval()
+    module.corpus_name = request.param
+    return module
+
+
+def output_dtype(module, dtype: torch.dtype) -> torch.dtype:
+    """Layers answer in x's dtype. Blocks run their norms and projections in their (float32) weights' dtype:
+    a Mamba block answers in its residual stream's dtype (x's promoted with the weights'), a post-norm Simple
+    block and a stack (ending in a norm) in their norm's."""
+    if module.corpus_name in LAYERS:
+        return dtype
+    if module.corpus_name.startswith("mamba"):
+        return torch.promote_types(dtype, torch.float32)
+    return torch.float32
+
+
+def leaves(state):
+    return [s for part in state for s in leaves(part)] if isinstance(state, (tuple, list)) else [state]
+
+
+# --------------------------------------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_and_bool_inputs_are_refused_with_the_cast_that_fixes_them(module, dtype):
+    # Before: int64 into S4D / S5 came back int64 with every value truncated toward zero.
+    x = torch.ones(2, 5, D, dtype=dtype)
+    name = type(module).__name__
+    for call, method in ((lambda: module(x), "forward"), (lambda: module.scan(x), "scan"),
+                         (lambda: module.step(x[:, 0], None), "step")):
+        with pytest.raises(InputDtypeError, match=rf"{name}\.{method}: x(_t)? has dtype {dtype}.*cast to float: x"):
+            call()
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        module([[0.5] * D] * 5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-5), (torch.float16, 3e-2), (torch.bfloat16, 1e-1)])
+def test_every_floating_dtype_is_taken_and_comes_back_in_its_own_dtype(module, dtype, tol):
+    x = torch.randn(2, 6, D).to(dtype)
+    reference = module(x.float())  # the float32 model on the very same values
+    y = module(x)
+    assert y.dtype == output_dtype(module, dtype) and y.shape == x.shape
+    torch.testing.assert_close(y.float(), reference, atol=tol, rtol=tol)
+    y_scan, _ = module.scan(x)
+    y_step, _ = module.step(x[:, 0], None)
+    assert y_scan.dtype == y_step.dtype == y.dtype
+    torch.testing.assert_close(y_scan.float(), reference, atol=tol, rtol=tol)
+
+
+def test_s6_takes_float64_and_a_float64_s6_computes_in_float64():
+    torch.manual_seed(0)
+    layer = S6(D, d_state=3)
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    assert layer(x).dtype == torch.float64  # before: "expected m1 and m2 to have the same dtype"
+    double = S6(D, d_state=3).double()
+    with torch.no_grad():
+        double.A_log.add_(1e-12)  # a change float32 cannot represent: it must reach the output
+    assert double.A.dtype == double.initial_state(1).dtype == torch.float64
+    delta, B, C = (t.transpose(1, 2) for t in double.project(x))
+    expected = selective_scan_reference(x.transpose(1, 2), delta, double.A, B, C, double.D,
+                                        delta_bias=double.dt_proj.bias, delta_softplus=True).transpose(1, 2)
+    torch.testing.assert_close(double(x), expected, atol=1e-13, rtol=1e-12)
+    torch.testing.assert_close(double(x.float()), expected.float())  # a float64 layer on float32 input
+
+
+# ---------------------------------------------------------------------------------------------- empties
+
+
+@pytest.mark.parametrize("batch,length", [(2, 0), (0, 5), (0, 0)])
+def test_empty_in_empty_out(module, batch, length):
+    x = torch.randn(batch, length, D)
+    assert module(x).shape == (batch, length, D)
+    y, state = module.scan(x)
+    assert y.shape == (batch, length, D)
+    assert_close_states(state, module.initial_state(batch), atol=0, rtol=0)
+    flags = torch.ones(batch, length, dtype=torch.bool)
+    y, _ = module.scan(x, None, resets=flags, mask=flags)
+    assert y.shape == (batch, length, D)
+    y_t, state_t = module.step(torch.randn(batch, D), module.initial_state(batch))
+    assert y_t.shape == (batch, D) and [s.shape[0] for s in leaves(state_t)] == [batch] * len(leaves(state_t))
+
+
+def test_an_empty_sequence_passes_the_state_through_unchanged(module):
+    _, state = module.scan(torch.randn(2, 5, D))
+    y, after = module.scan(torch.randn(2, 0, D), state)
+    assert y.shape == (2, 0, D)
+    assert_close_states(after, state, atol=0, rtol=0)
+
+
+def test_batch_zero_gives_a_batch_zero_state(module):
+    _, state = module.scan(torch.randn(0, 5, D), module.initial_state(0))
+    assert all(s.shape[0] == 0 for s in leaves(state))
+    assert [s.shape[1:] for s in leaves(state)] == [s.shape[1:] for s in leaves(module.initial_state(3))]
+
+
+# ----------------------------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("shape", [(5, D), (2, 5, D + 1), (2, 5, D, 1)])
+def test_x_of_the_wrong_rank_or_width_names_the_expected_and_given_shape(module, shape):
+    x = torch.randn(shape)
+    given = re.escape(str(shape))
+    for call in (lambda: module(x), lambda: module.scan(x)):
+        with pytest.raises(InputShapeError, match=rf"x must be \(batch, L, d_model\) = \(batch, L, {D}\), got {given}"):
+            call()
+    with pytest.raises(InputShapeError, match=rf"x_t must be \(batch, d_model\) = \(batch, {D}\), got \(2, {D + 1}\)"):
+        module.step(torch.randn(2, D + 1), None)
+
+
+def test_a_state_of_the_wrong_batch_shape_structure_or_kind_is_refused(module):
+    x = torch.randn(2, 5, D)
+    with pytest.raises(InputShapeError, match=r"state(\[\d\])* must have shape \(2, .*\) \(as initial_state\(2\) "
+                                              r"gives it\), got \(3, "):
+        module.scan(x, module.initial_state(3))
+    with pytest.raises(InputShapeError, match=r"must have shape \(2, "):
+        module.step(x[:, 0], module.initial_state(3))
+
+    state = module.initial_state(2)
+    first = leaves(state)[0]
+    wider = torch.cat([first, first[..., :1]], dim=-1)
+    with pytest.raises(InputShapeError, match=re.escape(f"got {tuple(wider.shape)}")):
+        module.scan(x, _replace_first_leaf(state, wider))
+
+    if first.is_complex():
+        other_kind = first.real
+    elif first.is_floating_point():
+        other_kind = first.long()
+    else:
+        other_kind = first.float()
+    with pytest.raises(InputDtypeError, match=rf"must be a \w+ tensor like initial_state's .*got {other_kind.dtype}"):
+        module.scan(x, _replace_first_leaf(state, other_kind))
+
+    wrong_structure = (state, state) if isinstance(state, torch.Tensor) else state[0]
+    with pytest.raises(InputShapeError):
+        module.scan(x, wrong_structure)
+
+    # What initial_state gives, in another precision, is a valid state.
+    lower = map_state(lambda s: s.to(torch.complex64 if s.is_complex() else s.dtype), state)
+    module.scan(x, lower)
+
+
+def _replace_first_leaf(state, leaf):
+    if isinstance(state, (tuple, list)):
+        return type(state)([_replace_first_leaf(state[0], leaf), *state[1:]])
+    return leaf
+
+
+def test_resets_and_mask_of_the_wrong_shape_or_dtype(module):
+    x = torch.randn(2, 5, D)
+    for name in ("resets", "mask"):
+        with pytest.raises(InputShapeError, match=rf"{name} must have shape \(batch, L\) = \(2, 5\), got \(5, 2\)"):
+            module.scan(x, None, **{name: torch.ones(5, 2, dtype=torch.bool)})
+        # A float mask must not become bool by truthiness (0.3 -> True): it is refused.
+        with pytest.raises(InputDtypeError, match=rf"{name} must be bool .* got torch.float32"):
+            module.scan(x, None, **{name: torch.full((2, 5), 0.3)})
+        with pytest.raises(InputDtypeError, match=rf"{name} of dtype torch.int64 must hold only 0 and 1"):
+            module.scan(x, None, **{name: torch.full((2, 5), 2)})
+    # Integer 0/1 flags (a tokenizer's attention mask) read as bool.
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    resets = torch.tensor([[0, 0, 1, 0, 0], [0, 1, 0, 0, 0]])
+    y_int, s_int = module.scan(x, None, resets=resets, mask=mask)
+    y_bool, s_bool = module.scan(x, None, resets=resets.bool(), mask=mask.bool())
+    torch.testing.assert_close(y_int, y_bool, atol=0, rtol=0)
+    assert_close_states(s_int, s_bool, atol=0, rtol=0)
+
+
+def test_step_without_a_state_starts_from_zeros(module):
+    x_t = torch.randn(2, D)
+    y0, s0 = module.step(x_t, None)
+    y1, s1 = module.step(x_t, module.initial_state(2))
+    torch.testing.assert_close(y0, y1, atol=0, rtol=0)
+    assert_close_states(s0, s1, atol=0, rtol=0)
+
+
+# ------------------------------------------------------------------------------------ bidirectional blocks
+
+
+@pytest.mark.parametrize("name", list(BIDIRECTIONAL))
+def test_bidirectional_blocks_check_forward_and_refuse_scan_and_step(name):
+    block = BIDIRECTIONAL[name]().eval()
+    assert block(torch.randn(2, 0, D)).shape == (2, 0, D)
+    assert block(torch.randn(0, 5, D)).shape == (0, 5, D)
+    assert block(torch.randn(2, 5, D), lengths=torch.tensor([5, 3])).shape == (2, 5, D)
+    with pytest.raises(InputDtypeError, match="cast to float"):
+        block(torch.ones(2, 5, D, dtype=torch.long))
+    with pytest.raises(InputShapeError, match=r"got \(2, 5, 3\)"):
+        block(torch.randn(2, 5, 3))
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, L\] = \[0, 5\], got values from 3 to 9"):
+        block(torch.randn(2, 5, D), lengths=torch.tensor([9, 3]))
+    with pytest.raises(InputShapeError, match=r"lengths must be \(batch,\) = \(2,\), got \(3,\)"):
+        block(torch.randn(2, 5, D), lengths=torch.tensor([5, 3, 1]))
+    with pytest.raises(InputDtypeError, match="lengths must be an integer tensor"):
+        block(torch.randn(2, 5, D), lengths=torch.tensor([5.0, 3.0]))
+    for call in (lambda: block.scan(torch.randn(2, 5, D)), lambda: block.step(torch.randn(2, D), None),
+                 lambda: block.initial_state(2)):
+        with pytest.raises(NotImplementedError, match="bidirectional"):
+            call()
+
+
+def test_inner_calls_skip_the_checks_but_an_error_inside_leaves_the_next_call_checked(monkeypatch):
+    stack = make_stack("mamba", D, 2, d_state=3).eval()
+    state = stack.initial_state(2)  # per block: (conv state, S6 state)
+    with pytest.raises(InputShapeError, match=r"BlockStack.scan: state\[1\]\[1\] must have shape \(2, 8, 3\) "
+                                              r"\(as initial_state\(2\) gives it\), got \(2, 1, 3\)"):
+        stack.scan(torch.randn(2, 5, D), (state[0], (state[1][0], state[1][1][:, :1])))
+
+    def broken(*args):
+        raise RuntimeError("inside")
+
+    monkeypatch.setattr(stack.layers[1], "_forward", broken)
+    with pytest.raises(RuntimeError, match="inside"):
+        stack(torch.randn(2, 5, D))
+    with pytest.raises(InputDtypeError, match="cast to float"):
+        stack(torch.ones(2, 5, D, dtype=torch.long))
