@@ -141,6 +141,8 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
     """Run `config` -> summary (also in out_dir/summary.json); see the module docstring for the files written.
     Nothing is written (and no out_dir is touched) until the whole config has been validated."""
     out = Path(config.out_dir) if config.out_dir is not None else None
+    validate(config)  # the options first, then the folder: each mistake is named before anything is written
+    check_env(config)
     if out is not None:
         check_out_dir(out, overwrite)
     if config.threads:
