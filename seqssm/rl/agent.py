@@ -20,6 +20,7 @@ from torch.distributions import Categorical, Normal
 
 from seqssm.models.sequence_model import SequenceModel
 from seqssm.rl.core import CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
+from seqssm.rl.env_loop import ActOutput
 
 ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 SUPPORTED_ACTIONS = "Discrete, MultiDiscrete or a 1-d Box"
@@ -95,17 +96,6 @@ class Policy:
         if self.kind == "box":
             return self.dists[0].entropy().sum(-1)
         return sum(d.entropy() for d in self.dists)
-
-
-@dataclass
-class ActOutput:
-    """One step of a policy for B environments: action (B, ...), the policy's next state, and for PPO's
-    actor-critic the action's log_prob (B,) and the critic's value (B,)."""
-
-    action: torch.Tensor
-    state: object
-    log_prob: torch.Tensor | None = None
-    value: torch.Tensor | None = None
 
 
 @dataclass

@@ -20,7 +20,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
-from seqssm.layers.base import map_state, where_state
+from seqssm.layers.base import where_state
 from seqssm.layers.registry import build_layer, layer_entry
 from seqssm.models.sequence_model import SequenceModel
 

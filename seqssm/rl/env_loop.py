@@ -9,13 +9,24 @@ and `env_action(action) -> np.ndarray` (PPO's `ActorCritic`, SAC's `SACAgent`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from seqssm.layers import frozen_weights
-from seqssm.rl.agent import ActOutput
+
+
+@dataclass
+class ActOutput:
+    """One step of a policy for B environments: action (B, ...), the policy's next state, and for PPO's
+    actor-critic the action's log_prob (B,) and the critic's value (B,)."""
+
+    action: torch.Tensor
+    state: object
+    log_prob: torch.Tensor | None = None
+    value: torch.Tensor | None = None
 
 
 class EpisodeTracker:

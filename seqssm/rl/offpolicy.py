@@ -35,8 +35,9 @@ from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.stack import BlockStack
 from seqssm.layers import CausalTransformer, SequenceLayer
 from seqssm.layers.registry import LAYERS, build_layer
-from seqssm.rl.agent import ActOutput, mlp
+from seqssm.rl.agent import mlp
 from seqssm.rl.core import reset_state
+from seqssm.rl.env_loop import ActOutput
 
 # A history encoder: a stack of any registered layer, a stack of Mamba blocks, or none (Memoryless / Oracle).
 ENCODERS = (*LAYERS, "mamba", "none")

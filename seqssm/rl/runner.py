@@ -86,22 +86,20 @@ def check_out_dir(out_dir: Path, overwrite: bool) -> None:
 
 
 def check_env(config: RunConfig) -> None:
-    """Raise ConfigError unless the environment's name is known and every evaluation set builds."""
+    """Raise ConfigError unless the environment's name is known, it builds, and so does every evaluation set."""
     if not is_env_name(config.env.name):
         raise ConfigError(f"--env.name: {unknown_env_message(config.env.name)}")
-    if config.eval.every is None:
-        return
-    for set_name, overrides in config.env.eval_sets.items():
+    sets = config.env.eval_sets if config.eval.every is not None else {}
+    for option, overrides in [("env", None), *((f"env.eval_sets.{name}", kw) for name, kw in sets.items() if kw)]:
         try:
             make_env(config.env, overrides).close()
         except ENV_ERRORS as e:
-            raise ConfigError(f"--env.eval_sets.{set_name}: {e}") from e
+            raise ConfigError(f"--{option}: {e}") from e
 
 
 def build(config: RunConfig):
-    """Validate `config` and build its environments, agent and algorithm (seeded); ConfigError names what is wrong."""
-    validate(config)
-    check_env(config)
+    """The environments, agent and algorithm of `config` (seeded); ConfigError names what is wrong. `train`
+    validates the config first (`validate`, `check_env`): its range errors would surface here as crashes."""
     torch.manual_seed(config.seed)
     try:
         envs = make_vector_env(config.env, config.algo.num_envs)
@@ -122,7 +120,7 @@ def evaluate_sets(agent, config: RunConfig) -> dict[str, dict]:
     for name, overrides in config.env.eval_sets.items():
         envs = make_vector_env(config.env, num_envs, overrides)
         results[name] = run_episodes(agent, envs, config.eval.episodes, config.eval.deterministic,
-                                 seed=EVAL_SEED + config.seed)
+                                     seed=EVAL_SEED + config.seed)
         envs.close()
     return results
 
@@ -155,11 +153,13 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
             (out / name).unlink(missing_ok=True)
         (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         metrics = (out / "metrics.jsonl").open("w")
+    evaluate_fn = (lambda: evaluate_sets(agent, config)) if config.env.eval_sets else None
+    evaluating = evaluate_fn is not None and config.eval.every is not None
     best = -math.inf
 
     def save(name: str, record: dict) -> None:
         save_checkpoint(out / name, agent, config, iteration=record.get("iteration"), steps=record.get("steps"),
-                        mmer=record.get("mmer"), score=best if best > -math.inf else None)
+                        mmer=record.get("mmer"), best_score=best if best > -math.inf else None)
 
     def on_record(record: dict) -> None:
         nonlocal best
@@ -170,7 +170,7 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
         metrics.write(json.dumps(record) + "\n")
         metrics.flush()
         evals = record.get("eval")
-        if config.eval.every is None:
+        if not evaluating:
             score = record.get("episodic_return")
         else:
             score = next(iter(evals.values()))["return_mean"] if evals else None
@@ -180,7 +180,6 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
         if record["iteration"] % config.checkpoint_every == 0:
             save("last.pt", record)
 
-    evaluate_fn = (lambda: evaluate_sets(agent, config)) if config.env.eval_sets else None
     summary = run_iterations(algo, config.eval.every, evaluate_fn, config.target_return, config.time_limit_s,
                              on_record)
     algo.envs.close()

@@ -15,6 +15,8 @@ def test_algorithm_defaults():
     assert RunConfig(algorithm="sac", env=EnvConfig(previous_action_reward=True)).env.previous_action_reward
     with pytest.raises(ConfigError, match="--algorithm = 'dqn' is not an algorithm; choose one of ppo, sac"):
         RunConfig(algorithm="dqn")
+    with pytest.raises(ConfigError, match="--agent: a sac run takes a RACConfig, got AgentConfig"):
+        RunConfig(algorithm="sac", agent=AgentConfig())
 
 
 def test_dicts_round_trip_and_unknown_keys_are_named():

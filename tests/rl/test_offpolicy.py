@@ -6,7 +6,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from seqssm.rl.core import map_state
+from seqssm.layers.base import map_state
 from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, RACConfig, SACAgent, build_history_encoder
 
 KINDS = [k for k in ENCODERS if k != "none"]

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from seqssm.layers import frozen_weights
+from seqssm.layers.base import map_state
 from seqssm.optim import param_groups
 from seqssm.rl.agent import ActorCritic, AgentConfig, build_agent
 from seqssm.rl.algos.base import AlgorithmSpec
-from seqssm.rl.core import map_state
 from seqssm.rl.env_loop import EnvLoop
 from seqssm.rl.errors import ConfigError
 

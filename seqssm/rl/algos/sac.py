@@ -22,9 +22,8 @@ from gymnasium import spaces
 from torch import nn
 
 from seqssm.optim import param_groups
-from seqssm.rl.agent import ActOutput
 from seqssm.rl.algos.base import AlgorithmSpec
-from seqssm.rl.env_loop import EnvLoop
+from seqssm.rl.env_loop import ActOutput, EnvLoop
 from seqssm.rl.offpolicy import RACConfig, SACAgent
 from seqssm.rl.replay import Episode, EpisodeReplay, SequenceBatch
 
