@@ -1,4 +1,5 @@
-"""Best Arm Identification (Kalman-layer paper, 5.2): costs, rewards, limits, latent sampling, the oracle posterior."""
+"""Best Arm Identification (the Kalman-layer paper, "Uncertainty Representations in State-Space Layers for Deep
+Reinforcement Learning under Partial Observability", 5.2): costs, rewards, limits, latent sampling, the oracle posterior."""
 
 import numpy as np
 import pytest
