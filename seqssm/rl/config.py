@@ -39,7 +39,8 @@ class RunConfig:
     agent (that algorithm's agent config; None: its default), `algo` (the algorithm's settings, the recipe
     section named like the algorithm; None: its default), evaluation, seed and where the run writes.
 
-    out_dir: where the run's files go (None: nowhere). checkpoint_every: iterations between last.pt saves (PPO: updates; SAC: evaluation intervals).
+    out_dir: where the run's files go (None: nowhere). checkpoint_every: iterations between last.pt saves
+    (PPO: updates; SAC: evaluation intervals).
     target_return: stop once MMER (the best mean training return of an iteration) reaches it;
     time_limit_s: stop after the first iteration that ends past this many seconds (CPU budgets).
     """
@@ -63,9 +64,11 @@ class RunConfig:
         spec = self.spec
         self.agent = spec.agent_config() if self.agent is None else self.agent
         self.algo = spec.config() if self.algo is None else self.algo
-        for section, value, kind in (("agent", self.agent, spec.agent_config), (self.algorithm, self.algo, spec.config)):
+        sections = (("agent", self.agent, spec.agent_config), (self.algorithm, self.algo, spec.config))
+        for section, value, kind in sections:
             if not isinstance(value, kind):
-                raise ConfigError(f"--{section}: a {self.algorithm} run takes a {kind.__name__}, got {type(value).__name__}")
+                raise ConfigError(f"--{section}: a {self.algorithm} run takes a {kind.__name__}, "
+                                  f"got {type(value).__name__}")
         if self.env.previous_action_reward is None:
             self.env = replace(self.env, previous_action_reward=spec.previous_action_reward)
 

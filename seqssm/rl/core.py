@@ -52,7 +52,7 @@ class CoreConfig:
 
 
 class ResidualBlock(WrapperBlock):
-    """Post-norm residual block of van Gelooven 2025 thesis, fig. 4.1: x (B, L, d) -> LayerNorm(x + dropout(act(layer(x)))).
+    """Post-norm residual block (van Gelooven 2025 thesis, fig. 4.1): x (B, L, d) -> LN(x + dropout(act(layer(x)))).
 
     activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (van Gelooven
     2025 thesis, eq. 4.1, helpful on MemoryCorridor). State: the layer's.

@@ -57,7 +57,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--ppo.minibatches", "0"], "--ppo.minibatches = 0 is out of range: must be >= 1"),
     (["--ppo.minibatches", "3"], "--ppo.minibatches = 3 must divide --ppo.num_envs = 16"),
     (["--agent.core.layer", "lstm"], "--agent: unknown sequence layer 'lstm'"),
-    (["--env.name", "RepeatFirstEsy"], "--env.name: unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"),
+    (["--env.name", "RepeatFirstEsy"],
+     "--env.name: unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"),
     (["--env.kwargs", "{doors: 3}"], "--env: "),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):

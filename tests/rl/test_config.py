@@ -48,7 +48,8 @@ def test_within(value, limit, ok):
     (RunConfig(algo=PPOConfig(num_envs=6, minibatches=4)), r"--ppo.minibatches = 4 must divide --ppo.num_envs = 6"),
     (RunConfig(algorithm="sac", algo=SACConfig(num_envs=-2)), r"--sac.num_envs = -2 is out of range: must be >= 1"),
     (RunConfig(algorithm="sac", algo=SACConfig(tau=0.0)), r"--sac.tau = 0.0 is out of range: must be \(0, 1\]"),
-    (RunConfig(agent=AgentConfig(actor=[16, 0])), r"--agent.actor = \[16, 0\] is out of range: each entry must be >= 1"),
+    (RunConfig(agent=AgentConfig(actor=[16, 0])),
+     r"--agent.actor = \[16, 0\] is out of range: each entry must be >= 1"),
     (RunConfig(seed=-1), r"--seed = -1 is out of range: must be >= 0"),
     (RunConfig(env=EnvConfig(observation_noise=-0.1)), r"--env.observation_noise = -0.1 is out of range"),
 ])

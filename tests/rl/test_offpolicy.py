@@ -107,5 +107,6 @@ def test_sac_agent_acts_with_the_previous_action_and_forgets_at_episode_starts(k
     if kind != "none":
         for got, want in zip(_flat(after_done.state[1]), _flat(fresh.state[1]), strict=True):
             torch.testing.assert_close(got[0], want[0])
-    box = SACAgent(spaces.Box(-1, 1, (3,)), spaces.Box(np.array([0.0, -4.0], np.float32), np.array([1.0, 4.0], np.float32)), RACConfig())
+    bounds = spaces.Box(np.array([0.0, -4.0], np.float32), np.array([1.0, 4.0], np.float32))
+    box = SACAgent(spaces.Box(-1, 1, (3,)), bounds, RACConfig())
     np.testing.assert_allclose(box.env_action(torch.tensor([[-1.0, 1.0], [0.0, 0.5]])), [[0.0, 4.0], [0.5, 2.0]])

@@ -165,7 +165,8 @@ class PPO:
         agent.train()
         n_envs = rollout.obs.shape[0]
         per_batch = n_envs // cfg.minibatches
-        stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")}
+        keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
+        stats: dict[str, list[float]] = {k: [] for k in keys}
         for _ in range(cfg.epochs):
             for idx in torch.randperm(n_envs).split(per_batch):
                 out = agent.evaluate(rollout.obs[idx], map_state(lambda s: s[idx], rollout.start_state),

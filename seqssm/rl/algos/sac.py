@@ -120,7 +120,8 @@ def history_features(net: nn.Module, batch: SequenceBatch, grad: bool) -> torch.
 
 
 class SAC:
-    """SAC for `agent` on vector env `envs` (reset with `seed`): `collect_step()`, `update(batch)`, or `iterate(until)`."""
+    """SAC for `agent` on vector env `envs` (reset with `seed`): `collect_step()`, `update(batch)`, or
+    `iterate(until)`."""
 
     LOG_KEYS = ("updates", "alpha", "q")
 
@@ -139,7 +140,8 @@ class SAC:
         self.replay = EpisodeReplay(config.buffer_size, spaces.flatdim(envs.single_observation_space), agent.act_dim)
         self.loop = EnvLoop(agent, envs, seed=seed)
         self.episodes = self.loop.episodes
-        self.trajectories = [([obs.numpy()], [], []) for obs in self.loop.obs]  # per env: observations, actions, rewards
+        # per environment, its running episode: observations, actions, rewards
+        self.trajectories = [([obs.numpy()], [], []) for obs in self.loop.obs]
         self.steps, self.updates, self.due = 0, 0, 0.0
 
     def collect_step(self, random: bool = False) -> None:
@@ -222,7 +224,8 @@ class SAC:
                     batch = self.replay.sample(cfg.batch_size, cfg.context, cfg.burn_in, self.rng)
                     losses.append(self.update(batch))
                     self.updates, self.due = self.updates + 1, self.due - 1.0
-        return {"updates": self.updates, **{k: float(np.mean([m[k] for m in losses])) for k in (losses[0] if losses else {})}}
+        means = {k: float(np.mean([m[k] for m in losses])) for k in (losses[0] if losses else {})}
+        return {"updates": self.updates, **means}
 
 
 def make_agent(agent_config: RACConfig, config: SACConfig, observation_space, action_space,

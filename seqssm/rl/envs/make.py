@@ -115,7 +115,8 @@ def make_env(env: EnvConfig | str, overrides: dict[str, Any] | None = None) -> g
     return result
 
 
-def make_vector_env(env: EnvConfig | str, num_envs: int, overrides: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
+def make_vector_env(env: EnvConfig | str, num_envs: int,
+                    overrides: dict[str, Any] | None = None) -> gym.vector.VectorEnv:
     """`num_envs` copies of make_env(env, overrides) in one process with same-step autoreset: the observation
     returned with an episode's last step is the next episode's first (the final one is in infos["final_obs"]).
     Reset it before stepping: envs.reset(seed=s) seeds copy i with s + i."""

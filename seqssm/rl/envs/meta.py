@@ -92,7 +92,8 @@ class RandomProjection(gym.Env):
 
 
 def in_context_cartpole(trials: int = 16, obs_size: int = 4, action_size: int = 2, max_episode_length: int = 200):
-    """Lu et al. 2023, 4.3: POPGym's StatelessCartPole (position and angle only) randomly projected, `trials` per episode."""
+    """Lu et al. 2023, 4.3: POPGym's StatelessCartPole (position and angle only) randomly projected, `trials` per
+    episode."""
     from popgym.envs.position_only_cartpole import PositionOnlyCartPole
 
     return RandomProjection(lambda: PositionOnlyCartPole(max_episode_length=max_episode_length),

@@ -37,7 +37,8 @@ class PreviousActionReward(gym.Wrapper):
 
 
 class ObservationNoise(gym.ObservationWrapper):
-    """Adds zero-mean Gaussian noise of standard deviation `scale` to every (Box) observation (Kalman-layer paper, 5.3)."""
+    """Adds zero-mean Gaussian noise of standard deviation `scale` to every (Box) observation (Kalman-layer paper,
+    5.3)."""
 
     def __init__(self, env: gym.Env, scale: float = 0.1):
         super().__init__(env)

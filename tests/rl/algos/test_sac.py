@@ -129,8 +129,8 @@ def sac_config(**overrides) -> RunConfig:
 def test_continuous_update_moves_target_by_tau_and_tunes_alpha():
     sac = build(sac_config(num_envs=1, tau=0.5, autotune=True, alpha=0.2))
     rng = np.random.default_rng(0)
-    sac.replay.add(Episode(rng.normal(size=(11, 3)).astype(np.float32),
-                           rng.uniform(-1, 1, (10, 1)).astype(np.float32), rng.normal(size=10).astype(np.float32), False))
+    obs, actions = rng.normal(size=(11, 3)).astype(np.float32), rng.uniform(-1, 1, (10, 1)).astype(np.float32)
+    sac.replay.add(Episode(obs, actions, rng.normal(size=10).astype(np.float32), False))
     agent = sac.agent
     before = [p.clone() for p in agent.critic_target.parameters()]
     metrics = sac.update(sac.replay.sample(4, 6, 2, rng))

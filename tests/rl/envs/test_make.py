@@ -40,7 +40,8 @@ def test_every_environment_runs_with_an_agent(name):
 
 
 def test_names_resolve_and_unknown_names_suggest_the_closest():
-    assert make_env("popgym-RepeatFirstEasy-v0").observation_space.shape == make_env("RepeatFirstEasy").observation_space.shape
+    by_id, by_class = make_env("popgym-RepeatFirstEasy-v0"), make_env("RepeatFirstEasy")
+    assert by_id.observation_space.shape == by_class.observation_space.shape
     flat = make_env(EnvConfig("RepeatFirstEasy", previous_action_reward=False))
     assert flat.observation_space.shape == (4,)
     with pytest.raises(ValueError, match="unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"):
