@@ -7,9 +7,9 @@ latency against episode length.
 Timing: for each core, `repeats` fresh runs (same seed, same PPO settings; repeats interleaved across
 cores) of one short warm-up update and then `updates` timed updates; the rollout (`collect`: act + env
 step) and the learning phase (`update`: scans over the stored rollout) are timed apart, and the
-median over runs is reported with each core's ratio to S5. Seed 000 table 5.1 has a GRU run take
-3.0x as long as an S5 run, with the PPO shape of its table 4.2 (unroll 1024, 30 epochs; 8
-minibatches per seed 001 table 3), which are the defaults here; the number of environments (64
+median over runs is reported with each core's ratio to S5. van Gelooven 2025 thesis, table 5.1 has a
+GRU run take 3.0x as long as an S5 run, with the PPO shape of its table 4.2 (unroll 1024, 30 epochs;
+8 minibatches per Lu et al. 2023, table 3), which are the defaults here; the number of environments (64
 there) and the widths are cut to CPU size. `--unroll 128 --epochs 4 --minibatches 4` is the shape
 of the CPU recipes under recipes/rl/, where rollouts take a larger share of the time.
 
@@ -44,12 +44,12 @@ def time_training(core: str, args) -> dict:
     torch.manual_seed(args.seed)
     ppo = PPOConfig(num_envs=args.num_envs, unroll=args.unroll, epochs=args.epochs, minibatches=args.minibatches,
                     lr=1e-3)
-    envs = make_vector_env(args.env, args.num_envs, seed=args.seed)
+    envs = make_vector_env(args.env, args.num_envs)
     agent = build_agent(agent_config(core, args.d_model, args.d_state), envs.single_observation_space,
                         envs.single_action_space)
-    warm = PPO(agent, envs, dataclasses.replace(ppo, unroll=8, epochs=1))  # loads kernels and thread pools
+    warm = PPO(agent, envs, dataclasses.replace(ppo, unroll=8, epochs=1), seed=args.seed)  # kernels, thread pools
     warm.update(warm.collect())
-    trainer = PPO(agent, envs, ppo)
+    trainer = PPO(agent, envs, ppo, seed=args.seed)
     collect_s = update_s = 0.0
     for _ in range(args.updates):
         t0 = time.perf_counter()
@@ -65,7 +65,7 @@ def time_training(core: str, args) -> dict:
 def step_latency(core: str, args) -> dict:
     """Mean `act` latency (ms) over `window` steps ending at each of args.lengths, one episode, batch num_envs."""
     torch.manual_seed(args.seed)
-    envs = make_vector_env(args.env, 1, seed=args.seed)
+    envs = make_vector_env(args.env, 1)
     agent = build_agent(agent_config(core, args.d_model, args.d_state), envs.single_observation_space,
                         envs.single_action_space).eval()
     obs = torch.randn(args.num_envs, envs.single_observation_space.shape[0])

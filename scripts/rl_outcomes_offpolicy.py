@@ -22,12 +22,12 @@ SOLVED = 0.9  # memory length: greedy accuracy over the evaluation episodes
 
 
 def run(recipe: Path, out_dir: Path, extra: list[str], force: bool) -> dict:
-    """Train one recipe (unless out_dir has a summary) -> its summary."""
-    from seqssm.rl.sac_cli import main as sac_main
+    """Train one recipe (unless out_dir has a summary; a stopped run's files are replaced) -> its summary."""
+    from seqssm.rl.cli import main as rl_main
 
     summary = out_dir / "summary.json"
     if force or not summary.exists():
-        sac_main(["--config", str(recipe), "--out_dir", str(out_dir), *extra])
+        rl_main(["rl", "--config", str(recipe), "--out_dir", str(out_dir), "--overwrite", *extra])
     return json.loads(summary.read_text())
 
 
@@ -56,10 +56,11 @@ def best_arm(cores: list[str], force: bool, train: bool) -> dict:
             continue
         records = metrics(out_dir)
         results[core] = {
-            "final": {split: {"win_rate": records[-1][split]["win"], "episode_length": records[-1][split]["length_mean"],
-                              "normalized_return": records[-1][split]["return_mean"] / 10.0}
+            "final": {split: {"win_rate": records[-1]["eval"][split]["win"],
+                              "episode_length": records[-1]["eval"][split]["length_mean"],
+                              "normalized_return": records[-1]["eval"][split]["return_mean"] / 10.0}
                       for split in ("in_dist", "ood")},
-            "curve": [{"steps": r["steps"], **{f"{s}_{k}": r[s][key] for s in ("in_dist", "ood")
+            "curve": [{"steps": r["steps"], **{f"{s}_{k}": r["eval"][s][key] for s in ("in_dist", "ood")
                                                for k, key in (("win", "win"), ("length", "length_mean"))}}
                       for r in records],
             "wall_s": records[-1]["wall_s"], "steps": records[-1]["steps"],
@@ -92,10 +93,10 @@ def in_context(cores: list[str], force: bool, train: bool) -> dict:
         if not (out_dir / "summary.json").exists():
             continue
         summary = json.loads((out_dir / "summary.json").read_text())
-        per_trial = summary["trials32"]["trial_returns"]
+        per_trial = summary["eval"]["trials32"]["trial_returns"]
         results[core] = {"return_per_trial": per_trial, "first_4_mean": sum(per_trial[:4]) / 4,
                          "trials_13_16_mean": sum(per_trial[12:16]) / 4, "trials_29_32_mean": sum(per_trial[28:]) / 4,
-                         "episodes": summary["trials32"]["episodes"], "steps": summary["steps"],
+                         "episodes": summary["eval"]["trials32"]["episodes"], "steps": summary["steps"],
                          "wall_s": summary["wall_s"]}
     if results:
         plt = _plt()
@@ -123,8 +124,9 @@ def memory_length(lengths: list[int], force: bool, train: bool) -> dict:
         if not (out_dir / "summary.json").exists():
             continue
         summary = json.loads((out_dir / "summary.json").read_text())
-        results[n] = {"accuracy": summary["eval"]["correct"], "return": summary["eval"]["return_mean"],
-                      "solved": summary["eval"]["correct"] >= SOLVED, "steps": summary["steps"],
+        evaluation = summary["eval"]["eval"]
+        results[n] = {"accuracy": evaluation["correct"], "return": evaluation["return_mean"],
+                      "solved": evaluation["correct"] >= SOLVED, "steps": summary["steps"],
                       "wall_s": summary["wall_s"]}
         if train and not results[n]["solved"]:
             break

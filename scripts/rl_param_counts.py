@@ -1,13 +1,14 @@
-"""Parameter counts of seed 002's baselines (section 5.1) in the off-policy recurrent actor-critic.
+"""Parameter counts of the Kalman-layer paper's baselines ("Uncertainty Representations in State-Space Layers for
+Deep Reinforcement Learning under Partial Observability", 5.1) in the off-policy recurrent actor-critic.
 
-    python scripts/rl_param_counts.py                 # seed 002 table 1 sizes: E = 16, N = 128
+    python scripts/rl_param_counts.py                 # the paper's table 1 sizes: E = 16, N = 128
     python scripts/rl_param_counts.py --d_state 32    # the CPU recipes' N
 
 For each task column of table 1 (BestArm: actor [128], critic [256]; DMC / POPGym: [256, 256]
 heads) it prints the trainable parameters of actor + twin critic (the target critic is a copy)
 and the difference to vSSM+KF (E, N as given). Each other memory-based baseline gets the size
-knob nearest that count, as seed 002 does for the transformer's d_ff: N for vSSM and vSSM+KF-u,
-N spread over Mamba's channels, d_ff for vTransformer; GRU keeps N (the seed: its gates cost
+knob nearest that count, as the paper does for the transformer's d_ff: N for vSSM and vSSM+KF-u,
+N spread over Mamba's channels, d_ff for vTransformer; GRU keeps N (as in the paper: its gates cost
 ~40% more). Matched baselines must land within --tolerance (10%): exit status 1 otherwise.
 Oracle and Memoryless have no encoder and are listed for reference.
 """
@@ -19,8 +20,7 @@ import sys
 
 from gymnasium import spaces
 
-from seqssm.rl.offpolicy import HistoryEncoderConfig, RACConfig
-from seqssm.rl.sac import SAC, SACConfig
+from seqssm.rl.offpolicy import HistoryEncoderConfig, RACConfig, SACAgent
 
 BASELINES = {"vSSM": "vssm", "vSSM+KF": "kalman", "vSSM+KF-u": "kalman_u", "Mamba": "mamba", "GRU": "gru",
              "vTransformer": "transformer", "Oracle": "none", "Memoryless": "none"}
@@ -36,7 +36,7 @@ CANDIDATES = range(8, 4097, 8)
 def count(obs_space, act_space, actor, critic, **encoder) -> int:
     """Trainable parameters of the actor and twin critic of a SAC agent with HistoryEncoderConfig(**encoder)."""
     rac = RACConfig(encoder=HistoryEncoderConfig(**encoder), actor=actor, critic=critic)
-    sac = SAC(obs_space, act_space, rac, SACConfig())
+    sac = SACAgent(obs_space, act_space, rac)
     return sum(p.numel() for m in (sac.actor, sac.critic) for p in m.parameters() if p.requires_grad)
 
 

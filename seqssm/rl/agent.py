@@ -2,14 +2,15 @@
 
 Rollouts call `act` once per environment step, which advances the core with `step`; PPO updates
 call `evaluate` on a stored rollout, which runs the core's `scan` from the stored start state
-with the episode starts as resets (the resettable scan of seed 001 section 3.1). Both reset the
-core to its initial state where an episode starts, so the two give the same numbers.
+with the episode starts as resets (the resettable scan of Lu et al. 2023, "Structured State Space
+Models for In-Context Reinforcement Learning", 3.1). Both reset the core to its initial state where
+an episode starts, so the two give the same numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from torch.distributions import Categorical, Normal
 
 from seqssm.models.sequence_model import SequenceModel
 from seqssm.rl.core import CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
+from seqssm.rl.env_loop import ActOutput
 
 ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 SUPPORTED_ACTIONS = "Discrete, MultiDiscrete or a 1-d Box"
@@ -97,16 +99,6 @@ class Policy:
 
 
 @dataclass
-class ActOutput:
-    """One rollout step for B environments: action (B, ...), log_prob (B,), value (B,), the next core state."""
-
-    action: torch.Tensor
-    log_prob: torch.Tensor
-    value: torch.Tensor
-    state: object
-
-
-@dataclass
 class EvaluateOutput:
     """A stored rollout re-run: log_prob, entropy, value (B, L) and the core state after the last step."""
 
@@ -123,8 +115,9 @@ class ActorCritic(nn.Module):
     `seqssm.rl.build_core` or `seqssm.blocks`), or a causal SequenceModel, whose backbone is used.
     observation_space: the flat Box that `seqssm.rl.make_env` produces (observation, previous
     action, previous reward, start flag). action_space: Discrete, MultiDiscrete or a 1-d Box
-    (Gaussian policy with a learned, state-independent std). Defaults follow seed 001 table 3 in
-    shape (encoder [128, 256 = d_model], heads [128, 128], LeakyReLU).
+    (Gaussian policy with a learned, state-independent std; `env_action` clips it to the Box).
+    Defaults follow Lu et al. 2023, table 3 in shape (encoder [128, 256 = d_model], heads [128, 128],
+    LeakyReLU).
     """
 
     def __init__(
@@ -165,7 +158,14 @@ class ActorCritic(nn.Module):
         h, state = self.core.step(self.encoder(obs), state)
         policy = self.actor.distribution(h)
         action = policy.sample(deterministic)
-        return ActOutput(action, policy.log_prob(action), self.critic(h).squeeze(-1), state)
+        return ActOutput(action, state, policy.log_prob(action), self.critic(h).squeeze(-1))
+
+    def env_action(self, action: torch.Tensor) -> np.ndarray:
+        """Actions (B, ...) from `act` -> the numpy batch a vector env takes (Box actions clipped to its bounds)."""
+        out = action.detach().cpu().numpy()
+        if isinstance(self.action_space, spaces.Box):
+            out = np.clip(out, self.action_space.low, self.action_space.high)
+        return out
 
     def evaluate(self, obs: torch.Tensor, start_state, dones: torch.Tensor, actions: torch.Tensor) -> EvaluateOutput:
         """obs (B, L, obs_dim) from `start_state`, dones (B, L) bool (episode starts: resets), actions (B, L, ...)
@@ -180,12 +180,19 @@ class AgentConfig:
     """What `build_agent` builds: the core (or `core_init_from`: a `seqssm fit` checkpoint or exported folder,
     whose backbone replaces `core`), MLP sizes of the encoder (before the core's d_model) and heads."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"encoder": ">= 1", "actor": ">= 1", "critic": ">= 1"}
+
     core: CoreConfig = field(default_factory=CoreConfig)
     core_init_from: str | None = None
     encoder: list[int] = field(default_factory=lambda: [128])
     actor: list[int] = field(default_factory=lambda: [128, 128])
     critic: list[int] = field(default_factory=lambda: [128, 128])
     activation: str = "leaky_relu"
+
+    @property
+    def memory(self) -> str:
+        """The memory core in a word: its layer, or where it was loaded from."""
+        return f"init_from:{self.core_init_from}" if self.core_init_from else self.core.layer
 
 
 def build_agent(config: AgentConfig, observation_space: spaces.Space, action_space: spaces.Space,

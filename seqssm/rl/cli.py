@@ -1,90 +1,148 @@
-"""`seqssm rl` (train an agent with recurrent PPO) and `seqssm rl-eval` (play a trained agent).
+"""`seqssm rl` (train an agent with the recipe's `algorithm:`, ppo or sac) and `seqssm rl-eval` (play a trained one).
 
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core.layer gru --out_dir runs/rl/rf-gru
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/checkpoints/last.ckpt
+    seqssm rl --config recipes/rl/sac/best_arm/kalman.yaml --agent.encoder.kind vssm
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 100
+    seqssm rl-eval runs/rl/sac/best_arm/kalman/last.pt --eval_set ood
 
-A run writes to --out_dir: config.yaml, metrics.jsonl (one record per update), best.pt (the
-agent at its best update) and last.pt, summary.json. Agent checkpoints hold plain configs and
-weights and load with torch.load(weights_only=True).
+A recipe says `algorithm: ppo` or `algorithm: sac` (missing: ppo), then the sections env, agent (that
+algorithm's agent), ppo or sac (its settings), eval, and the run's seed and out_dir. The algorithm is
+read first, the way every key is read (config files in order, then the command line), and selects the
+types of the agent and settings sections; `seqssm rl --algorithm sac --help` shows SAC's. A run writes
+to --out_dir (refused if not empty, unless --overwrite): config.yaml, metrics.jsonl, best.pt, last.pt,
+summary.json (see seqssm.rl.runner). Mistakes in the options are one line naming the option (exit code 2;
+SEQSSM_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from pathlib import Path
+import typing
+from dataclasses import fields
+from typing import Any, Literal
 
 import torch
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from seqssm.rl.agent import AgentConfig
+from seqssm.rl.algos import ALGORITHMS
+from seqssm.rl.checkpoint import load_checkpoint
+from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value
+from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
-from seqssm.rl.ppo import PPOConfig, load_checkpoint, run_episodes, train
+from seqssm.rl.errors import CheckpointError, ConfigError
+from seqssm.rl.runner import train
 
 SUBCOMMANDS = ("rl", "rl-eval")
+SECTIONS = ("env", "agent", *ALGORITHMS, "eval")
+RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no section -> help
+    "seed": "seed of torch, the environments and the replay sampling",
+    "out_dir": "where config.yaml, metrics.jsonl, best.pt, last.pt and summary.json go",
+    "checkpoint_every": "iterations between last.pt saves (PPO: updates; SAC: evaluation intervals)",
+    "threads": "torch CPU threads (default: torch's)",
+    "target_return": "stop once MMER (the best mean training return of an iteration) reaches this",
+    "time_limit_s": "stop after the first iteration that ends past this many seconds",
+}
+FIRST_PASS_SKIPS = ("-h", "--help", "--print_config")
 
 
-def rl_parser() -> ArgumentParser:
-    """The `seqssm rl` parser: --env.*, --agent.* (with --agent.core.*), --ppo.*, --seed, --out_dir, --threads."""
-    parser = ArgumentParser(prog="seqssm rl", description="Train a recurrent actor-critic with PPO on a "
-                            "POPGym or MemoryCorridor environment.")
+def algorithm_of(argv: list[str]) -> str:
+    """The `algorithm` that a `seqssm rl` command line says (its config files in order, then --algorithm), read by
+    a parser with every section untyped; "ppo" when none says it or the line does not parse (then the typed
+    parser reports what is wrong)."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_argument("--algorithm", type=str, default="ppo")
+    for section in SECTIONS:
+        parser.add_argument(f"--{section}", type=dict[str, Any] | None, default=None)
+    for option in RUN_OPTIONS:
+        parser.add_argument(f"--{option}", type=Any, default=None)
+    parser.add_argument("--overwrite", action="store_true")
+    args = [a for a in argv if not a.startswith(FIRST_PASS_SKIPS)]
+    try:
+        return parser.parse_args(args).algorithm
+    except Exception:  # noqa: BLE001 - any parse failure is reported by the typed parser
+        return "ppo"
+
+
+def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
+    """The typed `seqssm rl` parser for `algorithm`: --algorithm, --env.*, --agent.*, --<algorithm>.*, --eval.*, the run
+    options and --overwrite."""
+    spec = ALGORITHMS[algorithm]
+    parser = ArgumentParser(prog="seqssm rl", description=f"Train a recurrent agent ({algorithm}; the recipe's "
+                            "`algorithm:` chooses) on a POPGym, MemoryCorridor, Best Arm, meta-RL or control env.")
     parser.add_argument("--config", action=ActionConfigFile, help="a recipe, e.g. recipes/rl/<env>/<core>.yaml")
+    parser.add_argument("--algorithm", type=Literal[tuple(ALGORITHMS)], default="ppo",
+                        help="the RL algorithm; it sets what --agent.* and the section named like it hold")
     parser.add_class_arguments(EnvConfig, "env")
-    parser.add_class_arguments(AgentConfig, "agent")
-    parser.add_class_arguments(PPOConfig, "ppo")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out_dir", type=str, default="runs/rl/run", help="where logs and checkpoints go")
-    parser.add_argument("--checkpoint_every", type=int, default=10, help="updates between last.pt saves")
-    parser.add_argument("--threads", type=int | None, default=None, help="torch CPU threads (default: torch's)")
-    return parser
-
-
-def eval_parser() -> ArgumentParser:
-    """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --threads."""
-    parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent and report its returns.")
-    parser.add_argument("ckpt", type=str, help="an agent checkpoint written by `seqssm rl` (best.pt / last.pt)")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--num_envs", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=12345, help="environment seed (unlike training's by default)")
-    parser.add_argument("--deterministic", type=bool, default=False, help="greedy actions instead of sampling")
-    parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_class_arguments(spec.agent_config, "agent")
+    parser.add_class_arguments(spec.config, spec.name)
+    parser.add_class_arguments(EvalConfig, "eval")
+    types, defaults = typing.get_type_hints(RunConfig), {f.name: f.default for f in fields(RunConfig)}
+    for option, help_text in RUN_OPTIONS.items():
+        parser.add_argument(f"--{option}", type=types[option], default=defaults[option], help=help_text)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run files in a non-empty --out_dir (default: refuse it)")
     return parser
 
 
 def rl_main(argv: list[str]) -> dict:
     """`seqssm rl ARGS` -> the training summary (also in OUT_DIR/summary.json)."""
-    parser = rl_parser()
+    algorithm = algorithm_of(argv)
+    parser = rl_parser(algorithm if algorithm in ALGORITHMS else "ppo")
     cfg = parser.parse_args(argv)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parser.save(cfg, out_dir / "config.yaml", overwrite=True)
-    # jsonargparse >= 4.49 names it `instantiate`; the project allows >= 4.27
-    init = getattr(parser, "instantiate", None) or parser.instantiate_classes
-    init = init(cfg)
-    summary = train(init.env, init.agent, init.ppo, seed=cfg.seed, out_dir=out_dir,
-                    checkpoint_every=cfg.checkpoint_every)
-    print(f"MMER {summary['mmer']:.3f} after {summary['steps']} steps in {summary['wall_s']:.0f}s "
-          f"({summary['sps']:.0f} steps/s); checkpoints and metrics in {out_dir}")
+    spec = algorithm_spec(cfg.algorithm)
+    init = parser.instantiate(cfg) if hasattr(parser, "instantiate") else parser.instantiate_classes(cfg)  # 4.49 name
+    config = RunConfig(algorithm=spec.name, env=init.env, agent=init.agent, algo=init[spec.name], eval=init.eval,
+                       **{option: cfg[option] for option in RUN_OPTIONS})
+    summary = train(config, overwrite=cfg.overwrite)
+    evals = "".join(f", {name} return {stats['return_mean']:.3f}" for name, stats in (summary["eval"] or {}).items())
+    mmer = "n/a" if summary["mmer"] is None else f"{summary['mmer']:.3f}"
+    print(f"{spec.name}: MMER {mmer}{evals} after {summary['steps']} steps in {summary['wall_s']:.0f}s "
+          f"({summary['sps']:.0f} steps/s); checkpoints and metrics in {config.out_dir}")
     return summary
+
+
+def eval_parser() -> ArgumentParser:
+    """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --eval_set, --threads."""
+    parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent (PPO or SAC) and report its "
+                            "returns and the environment's episode statistics as JSON.")
+    parser.add_argument("ckpt", type=str, help="an agent checkpoint written by `seqssm rl` (best.pt / last.pt)")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--num_envs", type=int, default=16, help="environments played side by side (at most)")
+    parser.add_argument("--seed", type=int, default=12345, help="environment seed (unlike training's by default)")
+    parser.add_argument("--deterministic", type=bool, default=False, help="greedy actions instead of sampling")
+    parser.add_argument("--eval_set", type=str | None, default=None,
+                        help="play one of the run's env.eval_sets (e.g. ood) instead of its training env")
+    parser.add_argument("--threads", type=int | None, default=None)
+    return parser
 
 
 def eval_main(argv: list[str]) -> dict:
     """`seqssm rl-eval CKPT ARGS` -> episode statistics, printed as JSON."""
     cfg = eval_parser().parse_args(argv)
+    for option, limit in (("episodes", ">= 1"), ("num_envs", ">= 1"), ("seed", ">= 0"), ("threads", ">= 1")):
+        if cfg[option] is not None:
+            check_value(option, cfg[option], limit)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    agent, env, ckpt = load_checkpoint(cfg.ckpt)
+    agent, config, ckpt = load_checkpoint(cfg.ckpt)
+    sets = config.env.eval_sets
+    if cfg.eval_set is not None and cfg.eval_set not in sets:
+        raise ConfigError(f"--eval_set = {cfg.eval_set!r} is not an evaluation set of this run; its sets: "
+                          f"{', '.join(sets) or 'none'}")
     # as many environments as possible that split the episodes evenly: each plays the same number of them
     num_envs = max(d for d in range(1, min(cfg.num_envs, cfg.episodes) + 1) if cfg.episodes % d == 0)
-    envs = make_vector_env(env.name, num_envs, seed=cfg.seed, env_kwargs=env.kwargs,
-                           previous_action_reward=env.previous_action_reward)
-    result = {"ckpt": cfg.ckpt, "env": env.name, "update": ckpt.get("update"), "train_steps": ckpt.get("steps"),
-              "deterministic": cfg.deterministic, **run_episodes(agent, envs, cfg.episodes, cfg.deterministic)}
+    envs = make_vector_env(config.env, num_envs, sets.get(cfg.eval_set))
+    stats = run_episodes(agent, envs, cfg.episodes, cfg.deterministic, seed=cfg.seed)
     envs.close()
+    progress = ckpt.get("progress", {})
+    result = {"ckpt": cfg.ckpt, "algorithm": config.algorithm, "env": config.env.name, "eval_set": cfg.eval_set,
+              "iteration": progress.get("iteration"), "train_steps": progress.get("steps"),
+              "deterministic": cfg.deterministic, **stats}
     print(json.dumps(result, indent=2))
     return result
 
@@ -92,15 +150,16 @@ def eval_main(argv: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Entry point: argv = ["rl", ...] or ["rl-eval", CKPT, ...] (default: sys.argv[1:])."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["rl"]:
-        from seqssm.rl.sac_cli import main as sac_main, sac_requested
-
-        if sac_requested(argv[1:]):
-            return sac_main(argv[1:])
-        return rl_main(argv[1:])
-    if argv[:1] == ["rl-eval"]:
-        return eval_main(argv[1:])
-    raise SystemExit(f"seqssm rl: expected one of the subcommands {SUBCOMMANDS}, got {argv[:1]}")
+    commands = {"rl": rl_main, "rl-eval": eval_main}
+    if not argv or argv[0] not in commands:
+        raise SystemExit(f"seqssm rl: expected one of the subcommands {SUBCOMMANDS}, got {argv[:1]}")
+    try:
+        return commands[argv[0]](argv[1:])
+    except (ConfigError, CheckpointError) as e:
+        if os.environ.get("SEQSSM_DEBUG"):
+            raise
+        print(f"seqssm {argv[0]}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

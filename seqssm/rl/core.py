@@ -1,7 +1,8 @@
 """Memory cores for the actor-critic: any causal layer or block stack of seqssm on (B, L, d_model).
 
-`build_core(CoreConfig(...))` wraps a primitive in the residual block of seed 000 section 4.1
-(layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
+`build_core(CoreConfig(...))` wraps a primitive in the residual block of van Gelooven 2025 thesis, 4.1
+("On the Application of State Space Models to Partially Observable Markov Decision Processes":
+layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
 `seqssm.blocks`. `load_core(path)` takes the backbone of a supervised checkpoint or exported
 folder. States are (nested tuples of) tensors with the batch first; the helpers below index,
 reset and reassemble them without knowing the layer.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
-from seqssm.layers.base import map_state, where_state
+from seqssm.layers.base import where_state
 from seqssm.layers.registry import build_layer, layer_entry
 from seqssm.models.sequence_model import SequenceModel
 
@@ -34,9 +35,11 @@ class CoreConfig:
     layer: any name of `seqssm.layers.LAYERS` (s5 s6 s4d s4 mingru gru kalman vssm lssl ...). d_state: the
     layer's state size (P for S5, d_hidden for (min)GRU); None keeps the layer's default. block "residual"
     (activation "gelu" or "glu", van Gelooven 2025 thesis, eq. 4.1), or "mamba" / "simple" (seqssm.blocks).
-    layer_kwargs go to the primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). Defaults: seed 001
-    table 3 (4 S5 layers of width 256); the CPU recipes under recipes/rl/ are much smaller.
+    layer_kwargs go to the primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). Defaults: Lu et al.
+    2023, table 3 (4 S5 layers of width 256); the CPU recipes under recipes/rl/ are much smaller.
     """
+
+    LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "dropout": "[0, 1)"}
 
     layer: str = "s5"
     d_model: int = 256
@@ -49,10 +52,10 @@ class CoreConfig:
 
 
 class ResidualBlock(WrapperBlock):
-    """Post-norm residual block of seed 000 fig. 4.1: x (B, L, d) -> LayerNorm(x + dropout(act(layer(x)))).
+    """Post-norm residual block (van Gelooven 2025 thesis, fig. 4.1): x (B, L, d) -> LN(x + dropout(act(layer(x)))).
 
-    activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (seed 000
-    eq. 4.1, helpful on MemoryCorridor). State: the layer's.
+    activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (van Gelooven
+    2025 thesis, eq. 4.1, helpful on MemoryCorridor). State: the layer's.
     """
 
     def __init__(self, layer: nn.Module, d_model: int, activation: str = "gelu", dropout: float = 0.0):

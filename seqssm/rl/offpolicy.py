@@ -1,13 +1,16 @@
-"""The off-policy recurrent actor-critic (RAC) of seed 002 section 4.1 and figure 1, with masked history encoders.
+"""The off-policy recurrent actor-critic (RAC) of the Kalman-layer paper ("Uncertainty Representations in
+State-Space Layers for Deep Reinforcement Learning under Partial Observability", 4.1 and fig. 1), with
+masked history encoders.
 
 Each of actor and critic embeds the sequence of (observation, previous action) with one linear
 layer, runs it through a history encoder (any causal seqssm layer stack, a Mamba block or a causal
 Transformer) and feeds the encoding, with skip connections from the current observation (and, for
 the continuous critic, the current action), to its MLP head. Encoders take right-padded batches
-with `scan(x, state, mask=mask)`: masked steps leave the state unchanged (seed 002 section 4.3),
-so the state returned is each sequence's state after its last valid step.
+with `scan(x, state, mask=mask)`: masked steps leave the state unchanged (Kalman-layer paper, 4.3),
+so the state returned is each sequence's state after its last valid step. `SACAgent` holds the
+actor, the twin critic, its target and the entropy temperature, and acts as a policy.
 
-Baselines of seed 002 section 5.1 by encoder kind: vssm (vSSM), kalman (vSSM+KF), kalman_u
+Baselines of the Kalman-layer paper, 5.1, by encoder kind: vssm (vSSM), kalman (vSSM+KF), kalman_u
 (vSSM+KF-u), mamba, gru, transformer (vTransformer); none gives the Memoryless agent, and the
 Oracle is `none` on an environment that shows the true state. Every other layer of
 `seqssm.layers.LAYERS` (s5, s6, mingru, ...) is offered by its name too.
@@ -15,11 +18,13 @@ Oracle is `none` on an environment that shows the true state. Every other layer 
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
@@ -31,6 +36,8 @@ from seqssm.blocks.stack import BlockStack
 from seqssm.layers import CausalTransformer, SequenceLayer
 from seqssm.layers.registry import LAYERS, build_layer
 from seqssm.rl.agent import mlp
+from seqssm.rl.core import reset_state
+from seqssm.rl.env_loop import ActOutput
 
 # A history encoder: a stack of any registered layer, a stack of Mamba blocks, or none (Memoryless / Oracle).
 ENCODERS = (*LAYERS, "mamba", "none")
@@ -38,13 +45,16 @@ ENCODERS = (*LAYERS, "mamba", "none")
 
 @dataclass
 class HistoryEncoderConfig:
-    """A history encoder over embeddings of width d_model (seed 002's E; table 1: 16 with N = 128).
+    """A history encoder over embeddings of width d_model (the Kalman-layer paper's E; table 1: 16 with N = 128).
 
     kind: one of ENCODERS. d_state: the latent size N (GRU hidden size; Mamba: N is spread over
-    its expand * d_model channels, seed 002 table 1: d_state 4 per channel). n_layers stacked, then
+    its expand * d_model channels, Kalman-layer paper, table 1: d_state 4 per channel). n_layers stacked, then
     an RMSNorm if rms_norm. Transformer: n_heads, d_ff, context (attention window).
     layer_kwargs go to the layer (e.g. {dt_init: -7.0} for kalman / vssm).
     """
+
+    LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "n_heads": ">= 1",
+                                        "d_ff": ">= 1", "context": ">= 1", "expand": ">= 1"}
 
     kind: str = "kalman"
     d_model: int = 16
@@ -141,10 +151,17 @@ class HistoryNet(nn.Module):
 class RACConfig:
     """The recurrent actor-critic: its history encoder (one per network), MLP head sizes, activation."""
 
+    LIMITS: ClassVar[dict[str, str]] = {"actor": ">= 1", "critic": ">= 1"}
+
     encoder: HistoryEncoderConfig = field(default_factory=HistoryEncoderConfig)
     actor: list[int] = field(default_factory=lambda: [256, 256])
     critic: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
+
+    @property
+    def memory(self) -> str:
+        """The history encoder in a word: its kind."""
+        return self.encoder.kind
 
 
 class Actor(nn.Module):
@@ -199,6 +216,52 @@ class Critic(nn.Module):
         return (q1, q2) if self.discrete else (q1.squeeze(-1), q2.squeeze(-1))
 
 
-def count_parameters(module: nn.Module) -> int:
-    """Number of trainable parameters."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+class SACAgent(nn.Module):
+    """Actor, twin critic, the critic's Polyak-averaged target and the entropy temperature `log_alpha`.
+
+    As a policy (`initial_state`, `act`, `env_action`) its state is (previous action (B, act_dim) as the
+    networks read it, the actor encoder's state); Box actions live in [-1, 1]^k and `env_action`
+    rescales them to the space's bounds.
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, config: RACConfig,
+                 alpha: float = 0.1):
+        super().__init__()
+        obs_dim = spaces.flatdim(observation_space)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        self.act_dim = action_features(action_space)
+        self.actor = Actor(obs_dim, action_space, config)
+        self.critic = Critic(obs_dim, action_space, config)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))
+
+    def action_feature(self, action: torch.Tensor) -> torch.Tensor:
+        """Policy actions (B,) long or (B, k) in [-1, 1] -> what the networks read: one-hot or as is (B, act_dim)."""
+        return F.one_hot(action, self.act_dim).float() if self.discrete else action
+
+    def env_action(self, action: torch.Tensor) -> np.ndarray:
+        """Policy actions -> environment actions (Box: rescaled from [-1, 1] to the space's bounds)."""
+        a = action.cpu().numpy()
+        if self.discrete:
+            return a
+        low, high = self.action_space.low, self.action_space.high
+        return (low + (a + 1.0) * 0.5 * (high - low)).astype(self.action_space.dtype)
+
+    def initial_state(self, batch_size: int, device=None):
+        """(no previous action (B, act_dim) zeros, the actor encoder's initial state)."""
+        prev = torch.zeros(batch_size, self.act_dim, device=device)
+        return prev, self.actor.history.initial_state(batch_size, device=device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, state, done: torch.Tensor | None = None, deterministic: bool = False) -> ActOutput:
+        """obs (B, obs_dim), state, done (B,) bool = obs starts an episode (its state reset first) -> ActOutput."""
+        prev, encoder_state = state
+        if done is not None and bool(done.any()):
+            fresh_prev, fresh = self.initial_state(obs.shape[0], obs.device)
+            prev = torch.where(done[:, None], fresh_prev, prev)
+            if encoder_state is not None:
+                encoder_state = reset_state(encoder_state, fresh, done)
+        features, encoder_state = self.actor.history.step(obs, prev, encoder_state)
+        action = self.actor.policy(features, deterministic)[0]
+        return ActOutput(action, (self.action_feature(action), encoder_state))

@@ -1,6 +1,5 @@
-"""Seed 002's environments under uncertainty: Best Arm Identification (section 5.2) and noisy continuous
-control (section 5.3: DeepMind Control through the optional `dm-control` package, or any gymnasium Box env).
-"""
+"""Best Arm Identification, the uncertainty probe of "Uncertainty Representations in State-Space Layers for
+Deep Reinforcement Learning under Partial Observability" (the Kalman-layer paper), 5.2."""
 
 from __future__ import annotations
 
@@ -9,11 +8,10 @@ import numpy as np
 from gymnasium import spaces
 
 ASK, ABOVE, BELOW = 0, 1, 2
-DMC_EXTRA = "dm-control is an optional extra: pip install 'seqssm[dmc]' (or: pip install dm-control)"
 
 
 class BestArmIdentification(gym.Env):
-    """Is the mean of a Gaussian arm above or below zero? Seed 002 section 5.2 and figure 3.
+    """Is the mean of a Gaussian arm above or below zero? Kalman-layer paper, 5.2 and fig. 3.
 
     Each episode draws μ ~ U(mu_range) and σ ~ U(sigma_range) (out of distribution: sigma_range
     (2, 3)). reset shows one sample x ~ N(μ, σ). Actions: 0 asks for another sample (reward -cost),
@@ -75,59 +73,3 @@ class BestArmIdentification(gym.Env):
             obs, reward, info = self._end(False, decided=False)
             return obs, reward - self.cost, True, False, info
         return self._sample(), -self.cost, False, False, {}
-
-
-class ObservationNoise(gym.ObservationWrapper):
-    """Adds zero-mean Gaussian noise of standard deviation `scale` to every (Box) observation (seed 002 section 5.3)."""
-
-    def __init__(self, env: gym.Env, scale: float = 0.1):
-        super().__init__(env)
-        if scale < 0:
-            raise ValueError(f"noise scale must be >= 0, got {scale}")
-        if not isinstance(env.observation_space, spaces.Box):
-            raise ValueError(f"ObservationNoise needs a Box observation space, got {env.observation_space}")
-        self.scale = scale
-        self.observation_space = spaces.Box(-np.inf, np.inf, env.observation_space.shape, np.float32)
-
-    def observation(self, observation):
-        noise = self.scale * self.np_random.standard_normal(np.shape(observation))
-        return (np.asarray(observation, np.float64) + noise).astype(np.float32)
-
-
-class DMCEnv(gym.Env):
-    """A DeepMind Control task (`domain`, `task`) as a gymnasium env: observations flattened, actions in the
-    task's bounds; the 1000-step time limit ends episodes as truncations. Needs the `dm-control` extra."""
-
-    metadata = {"render_modes": []}
-
-    def __init__(self, domain: str, task: str):
-        try:
-            from dm_control import suite
-        except ImportError as e:  # optional dependency
-            raise ImportError(f"DMCEnv({domain!r}, {task!r}) needs dm_control. {DMC_EXTRA}") from e
-        self._suite, self.domain, self.task = suite, domain, task
-        self._env = suite.load(domain, task, task_kwargs={"random": 0})
-        spec = self._env.action_spec()
-        self.action_space = spaces.Box(spec.minimum.astype(np.float32), spec.maximum.astype(np.float32))
-        dim = sum(int(np.prod(s.shape)) for s in self._env.observation_spec().values())
-        self.observation_space = spaces.Box(-np.inf, np.inf, (dim,), np.float32)
-
-    @staticmethod
-    def _flat(time_step) -> np.ndarray:
-        return np.concatenate([np.ravel(v) for v in time_step.observation.values()]).astype(np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        if seed is not None:
-            self._env = self._suite.load(self.domain, self.task, task_kwargs={"random": seed})
-        return self._flat(self._env.reset()), {}
-
-    def step(self, action):
-        ts = self._env.step(np.asarray(action, np.float64))
-        terminated = ts.last() and ts.discount == 0.0
-        return self._flat(ts), float(ts.reward or 0.0), terminated, ts.last() and not terminated, {}
-
-
-def noisy_dmc(domain: str, task: str, noise_scale: float = 0.3) -> gym.Env:
-    """A DMC task with Gaussian observation noise (seed 002: scale 0.3, 0.1 for pendulum-swingup and point-mass)."""
-    return ObservationNoise(DMCEnv(domain, task), noise_scale)

@@ -1,5 +1,6 @@
-"""Seed 001's environments: the randomly projected multi-trial meta-RL wrapper (algorithm 1, sections 3.2 and
-4.3) with its in-context StatelessCartPole task, and the memory-length T-maze (section 4.1, bsuite's memory_len).
+"""The environments of Lu et al. 2023 ("Structured State Space Models for In-Context Reinforcement Learning"): the
+randomly projected multi-trial meta-RL wrapper (algorithm 1, 3.2 and 4.3) with its in-context StatelessCartPole
+task, and the memory-length T-maze (4.1, bsuite's memory_len).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from gymnasium import spaces
 
 
 class RandomProjection(gym.Env):
-    """Seed 001 algorithm 1: fresh random linear projections on every reset, several trials per episode.
+    """Lu et al. 2023, algorithm 1: fresh random linear projections on every reset, several trials per episode.
 
     On reset a projection M_o (obs_size x inner obs dim, N(0, 1/dim) entries) of the observation and
     M_a of the action are drawn and kept for the whole episode, which runs `trials` episodes of the
@@ -91,7 +92,8 @@ class RandomProjection(gym.Env):
 
 
 def in_context_cartpole(trials: int = 16, obs_size: int = 4, action_size: int = 2, max_episode_length: int = 200):
-    """Seed 001 section 4.3: POPGym's StatelessCartPole (position and angle only) randomly projected, `trials` per episode."""
+    """Lu et al. 2023, 4.3: POPGym's StatelessCartPole (position and angle only) randomly projected, `trials` per
+    episode."""
     from popgym.envs.position_only_cartpole import PositionOnlyCartPole
 
     return RandomProjection(lambda: PositionOnlyCartPole(max_episode_length=max_episode_length),
@@ -99,7 +101,7 @@ def in_context_cartpole(trials: int = 16, obs_size: int = 4, action_size: int = 
 
 
 class MemoryLength(gym.Env):
-    """bsuite's memory_len (seed 001 section 4.1) as a gymnasium T-maze: recall a cue `memory_length` steps later.
+    """bsuite's memory_len (Lu et al. 2023, 4.1) as a gymnasium T-maze: recall a cue `memory_length` steps later.
 
     Step t = 0 shows the cue, a random ±1 per bit (`num_bits`); steps 1 .. memory_length show zeros
     there. Every observation shows the time left, 1 - t / memory_length; the last step also shows

@@ -1,5 +1,6 @@
 """ActorCritic: evaluate (one scan with resets) equals stepping with resets for every core kind; action
-spaces; clear errors; cores loaded from supervised checkpoints and exported folders; agent checkpoints."""
+spaces (Box actions clipped to the space); clear errors; cores loaded from supervised checkpoints and
+exported folders; agent checkpoints that carry such a core."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from gymnasium import spaces
 
 from seqssm.models import build
 from seqssm.models.hub import save_pretrained
-from seqssm.rl import ActorCritic, AgentConfig, CoreConfig, EnvConfig, build_agent, build_core
-from seqssm.rl.ppo import load_checkpoint, save_checkpoint
+from seqssm.rl import (ActorCritic, AgentConfig, CoreConfig, EnvConfig, RunConfig, build_agent, build_core,
+                       load_checkpoint, make_env, save_checkpoint)
 from seqssm.testing import assert_close_states
 
 OBS = spaces.Box(-np.inf, np.inf, (5,), np.float32)
@@ -107,6 +108,9 @@ def test_action_spaces(space, shape, dtype):
     assert ev.log_prob.shape == ev.entropy.shape == ev.value.shape == (6, 7)
     greedy = agent.act(obs[:, 0], agent.initial_state(6), deterministic=True).action
     assert torch.equal(greedy, agent.act(obs[:, 0], agent.initial_state(6), deterministic=True).action)
+    if isinstance(space, spaces.Box):  # the Gaussian samples anywhere; the environment gets actions in its bounds
+        clipped = agent.env_action(out.action * 100)
+        assert np.abs(clipped).max() == 2.0 and all(space.contains(a.astype(np.float32)) for a in clipped)
 
 
 def test_bad_spaces_and_cores_are_named():
@@ -138,18 +142,16 @@ def test_core_init_from_exported_folder_and_agent_checkpoint(tmp_path):
     save_pretrained(model, tmp_path / "exported")
     config = AgentConfig(core_init_from=str(tmp_path / "exported"), encoder=[16], actor=[16], critic=[16])
     env = EnvConfig(name="RepeatFirstEasy")
-    from seqssm.rl import make_env
-
-    probe = make_env(env.name)
+    probe = make_env(env)
     agent = build_agent(config, probe.observation_space, probe.action_space)
     _assert_core_is(agent, model)
     assert agent.d_model == 8
 
     # The agent checkpoint carries the core's model config: it loads without the exported folder.
     (tmp_path / "exported" / "model.safetensors").unlink()
-    save_checkpoint(tmp_path / "agent.pt", agent, env, config)
-    loaded, loaded_env, ckpt = load_checkpoint(tmp_path / "agent.pt")
-    assert loaded_env == env and ckpt["core_model_config"]["d_model"] == 8
+    save_checkpoint(tmp_path / "agent.pt", agent, RunConfig(env=env, agent=config))
+    loaded, loaded_config, ckpt = load_checkpoint(tmp_path / "agent.pt")
+    assert loaded_config.env.name == env.name and ckpt["core_model_config"]["d_model"] == 8
     obs = torch.randn(2, probe.observation_space.shape[0])
     agent.eval(), loaded.eval()  # the supervised model's dropout (0.1) is live in train mode
     with torch.no_grad():

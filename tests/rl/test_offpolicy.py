@@ -1,10 +1,13 @@
-"""Masked scans of right-padded sub-trajectories equal per-sequence scans, outputs and final states, for every history encoder."""
+"""SAC's recurrent actor-critic: masked scans of right-padded sub-trajectories equal per-sequence scans (outputs and
+final states) for every history encoder; SACAgent as a policy (its state carries the previous action)."""
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
-from seqssm.rl.core import map_state
-from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, build_history_encoder
+from seqssm.layers.base import map_state
+from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, RACConfig, SACAgent, build_history_encoder
 
 KINDS = [k for k in ENCODERS if k != "none"]
 LENGTHS = [7, 1, 4, 7, 3]
@@ -81,3 +84,29 @@ def test_transformer_window_and_kf_u_ignores_input_channel():
     kfu = build_history_encoder(HistoryEncoderConfig(kind="kalman_u", d_model=8, d_state=4))
     kf = build_history_encoder(HistoryEncoderConfig(kind="kalman", d_model=8, d_state=4))
     assert kfu.layers[0].in_proj.out_features == 8 and kf.layers[0].in_proj.out_features == 12
+
+
+@pytest.mark.parametrize("kind", ["gru", "none"])
+def test_sac_agent_acts_with_the_previous_action_and_forgets_at_episode_starts(kind):
+    torch.manual_seed(3)
+    agent = SACAgent(spaces.Box(-1, 1, (3,)), spaces.Discrete(4), RACConfig(
+        encoder=HistoryEncoderConfig(kind=kind, d_model=8, d_state=8), actor=[16], critic=[16]))
+    obs = torch.randn(5, 2, 3)
+    state = agent.initial_state(2)
+    for t in range(4):
+        out = agent.act(obs[t], state, torch.tensor([t == 0, t == 0]), deterministic=True)
+        assert torch.equal(out.state[0], torch.nn.functional.one_hot(out.action, 4).float())
+        if kind != "none":  # the same step from the same inputs, by hand
+            features, _ = agent.actor.history.step(obs[t], state[0] if t else torch.zeros(2, 4),
+                                                   state[1] if t else agent.actor.history.initial_state(2))
+            assert torch.equal(out.action, agent.actor.policy(features, deterministic=True)[0])
+        state = out.state
+    after_done = agent.act(obs[4], state, torch.tensor([True, False]), deterministic=True)
+    fresh = agent.act(obs[4], agent.initial_state(2), deterministic=True)
+    assert after_done.action[0] == fresh.action[0]
+    if kind != "none":
+        for got, want in zip(_flat(after_done.state[1]), _flat(fresh.state[1]), strict=True):
+            torch.testing.assert_close(got[0], want[0])
+    bounds = spaces.Box(np.array([0.0, -4.0], np.float32), np.array([1.0, 4.0], np.float32))
+    box = SACAgent(spaces.Box(-1, 1, (3,)), bounds, RACConfig())
+    np.testing.assert_allclose(box.env_action(torch.tensor([[-1.0, 1.0], [0.0, 0.5]])), [[0.0, 4.0], [0.5, 2.0]])

@@ -1,0 +1,192 @@
+"""The one training loop of every RL algorithm: iterations, evaluation, logging, checkpoints.
+
+`train(RunConfig)` validates the whole config and builds environments, agent and algorithm before it
+writes anything; then it writes to out_dir: config.yaml (the resolved config, a recipe that repeats
+the run), metrics.jsonl (one record per iteration: PPO's update or SAC's evaluation interval),
+best.pt (the agent at its best score: the first evaluation set's mean return when the run evaluates,
+else the mean training return), last.pt (every `checkpoint_every` iterations and at the end) and
+summary.json. A non-empty out_dir is refused unless overwrite=True; runs are not resumed.
+`run_iterations` is the loop alone, for an algorithm built by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+import yaml
+
+from seqssm.rl.checkpoint import save_checkpoint
+from seqssm.rl.config import EVAL_SEED, RunConfig, validate
+from seqssm.rl.env_loop import run_episodes
+from seqssm.rl.envs import make_env, make_vector_env
+from seqssm.rl.envs.make import is_env_name, unknown_env_message
+from seqssm.rl.errors import ConfigError
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json", "best.pt.tmp", "last.pt.tmp")
+ENV_ERRORS = (ValueError, TypeError, ImportError, gym.error.Error)
+AGENT_ERRORS = (ValueError, TypeError, FileNotFoundError)
+
+
+def run_iterations(algo, eval_every: int | None = None, evaluate_fn: Callable[[], dict] | None = None,
+                   target_return: float | None = None, time_limit_s: float | None = None,
+                   on_record: Callable[[dict], bool | None] | None = None) -> dict[str, Any]:
+    """Iterate `algo` until algo.config.total_steps environment steps (or target_return / time_limit_s) -> summary.
+
+    Each iteration's record: iteration, steps, the algorithm's metrics, the training episodes that ended
+    in it (count, mean return and length), mmer (the best mean return of an iteration so far: POPGym's
+    MMER), `eval` (evaluate_fn()'s result, at the first iteration end at or past each multiple of
+    eval_every and after the last), wall_s, sps. on_record(record) -> True stops the run.
+    """
+    total = algo.config.total_steps
+    mmer, start, steps_to_target, iteration = -math.inf, time.perf_counter(), None, 0
+    next_eval = eval_every if evaluate_fn is not None else None
+    record: dict[str, Any] = {}
+    while algo.steps < total:
+        metrics = algo.iterate(min(total, next_eval) if next_eval else total)
+        iteration += 1
+        record = {"iteration": iteration, "steps": algo.steps, **metrics}
+        returns, lengths = algo.episodes.pop()
+        record["episodes"] = len(returns)
+        if returns:
+            record["episodic_return"] = float(np.mean(returns))
+            record["episode_length"] = float(np.mean(lengths))
+            mmer = max(mmer, record["episodic_return"])
+        record["mmer"] = mmer if mmer > -math.inf else None
+        if next_eval is not None and (algo.steps >= next_eval or algo.steps >= total):
+            while next_eval <= algo.steps:
+                next_eval += eval_every
+            record["eval"] = evaluate_fn()
+        record["wall_s"] = time.perf_counter() - start
+        record["sps"] = algo.steps / record["wall_s"]
+        reached = target_return is not None and mmer >= target_return
+        if reached and steps_to_target is None:
+            steps_to_target = algo.steps
+        out_of_time = time_limit_s is not None and record["wall_s"] >= time_limit_s
+        if (on_record is not None and on_record(record)) or reached or out_of_time:
+            break
+    return {"mmer": record.get("mmer"), "steps": algo.steps, "iterations": iteration, "wall_s": record.get("wall_s"),
+            "sps": record.get("sps"), "steps_to_target": steps_to_target, "eval": record.get("eval"), "last": record}
+
+
+def check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse (ConfigError) an out_dir that is a file, or a non-empty folder unless overwrite."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out_dir {out_dir} is a file, not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        held = "a finished run" if (out_dir / "summary.json").is_file() else "files"
+        raise ConfigError(f"--out_dir {out_dir} is not empty (it holds {held}); choose another --out_dir, or pass "
+                          "--overwrite to replace the run files in it")
+
+
+def check_env(config: RunConfig) -> None:
+    """Raise ConfigError unless the environment's name is known, it builds, and so does every evaluation set."""
+    if not is_env_name(config.env.name):
+        raise ConfigError(f"--env.name: {unknown_env_message(config.env.name)}")
+    sets = config.env.eval_sets if config.eval.every is not None else {}
+    for option, overrides in [("env", None), *((f"env.eval_sets.{name}", kw) for name, kw in sets.items() if kw)]:
+        try:
+            make_env(config.env, overrides).close()
+        except ENV_ERRORS as e:
+            raise ConfigError(f"--{option}: {e}") from e
+
+
+def build(config: RunConfig):
+    """The environments, agent and algorithm of `config` (seeded); ConfigError names what is wrong. `train`
+    validates the config first (`validate`, `check_env`): its range errors would surface here as crashes."""
+    torch.manual_seed(config.seed)
+    try:
+        envs = make_vector_env(config.env, config.algo.num_envs)
+    except ENV_ERRORS as e:
+        raise ConfigError(f"--env: {e}") from e
+    try:
+        agent = config.spec.make_agent(config.agent, config.algo, envs.single_observation_space,
+                                       envs.single_action_space)
+    except AGENT_ERRORS as e:
+        raise ConfigError(f"--agent: {e}") from e
+    return config.spec.algorithm(agent, envs, config.algo, seed=config.seed)
+
+
+def evaluate_sets(agent, config: RunConfig) -> dict[str, dict]:
+    """`run_episodes` on every evaluation set of config.env (seeded apart from training) -> statistics per set."""
+    num_envs = min(config.eval.num_envs, config.eval.episodes)
+    results = {}
+    for name, overrides in config.env.eval_sets.items():
+        envs = make_vector_env(config.env, num_envs, overrides)
+        results[name] = run_episodes(agent, envs, config.eval.episodes, config.eval.deterministic,
+                                     seed=EVAL_SEED + config.seed)
+        envs.close()
+    return results
+
+
+def progress_line(record: dict, log_keys: tuple[str, ...]) -> str:
+    """One line per iteration: steps, training return, MMER, evaluation returns, the algorithm's key metrics."""
+    ret, mmer = record.get("episodic_return", math.nan), record["mmer"]
+    parts = [f"iter {record['iteration']:5d}", f"steps {record['steps']:9d}", f"return {ret:7.3f}",
+             f"mmer {math.nan if mmer is None else mmer:7.3f}"]
+    parts += [f"{name} {stats['return_mean']:.3f}" for name, stats in record.get("eval", {}).items()]
+    parts += [f"{key} {record[key]:.4g}" for key in log_keys if key in record]
+    return "  ".join(parts + [f"sps {record['sps']:6.0f}"])
+
+
+def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Run `config` -> summary (also in out_dir/summary.json); see the module docstring for the files written.
+    Nothing is written (and no out_dir is touched) until the whole config has been validated."""
+    out = Path(config.out_dir) if config.out_dir is not None else None
+    validate(config)  # the options first, then the folder: each mistake is named before anything is written
+    check_env(config)
+    if out is not None:
+        check_out_dir(out, overwrite)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    algo = build(config)
+    agent = algo.agent
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in RUN_FILES:
+            (out / name).unlink(missing_ok=True)
+        (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        metrics = (out / "metrics.jsonl").open("w")
+    evaluate_fn = (lambda: evaluate_sets(agent, config)) if config.env.eval_sets else None
+    evaluating = evaluate_fn is not None and config.eval.every is not None
+    best = -math.inf
+
+    def save(name: str, record: dict) -> None:
+        save_checkpoint(out / name, agent, config, iteration=record.get("iteration"), steps=record.get("steps"),
+                        mmer=record.get("mmer"), best_score=best if best > -math.inf else None)
+
+    def on_record(record: dict) -> None:
+        nonlocal best
+        if log is not None:
+            log(progress_line(record, algo.LOG_KEYS))
+        if out is None:
+            return
+        metrics.write(json.dumps(record) + "\n")
+        metrics.flush()
+        evals = record.get("eval")
+        if not evaluating:
+            score = record.get("episodic_return")
+        else:
+            score = next(iter(evals.values()))["return_mean"] if evals else None
+        if score is not None and score > best:
+            best = score
+            save("best.pt", record)
+        if record["iteration"] % config.checkpoint_every == 0:
+            save("last.pt", record)
+
+    summary = run_iterations(algo, config.eval.every, evaluate_fn, config.target_return, config.time_limit_s,
+                             on_record)
+    algo.envs.close()
+    summary.update(algorithm=config.algorithm, env=config.env.name, memory=config.agent.memory, seed=config.seed,
+                   parameters=sum(p.numel() for p in agent.parameters() if p.requires_grad))
+    if out is not None:
+        metrics.close()
+        save("last.pt", summary["last"])
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,126 @@
+"""`seqssm rl` / `seqssm rl-eval`: the algorithm field, every recipe, PPO and SAC end to end, and bad input: one
+line naming the option (exit code 2), nothing written before everything is validated, no run overwritten."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqssm.cli import main as seqssm_main
+from seqssm.rl.cli import algorithm_of, main, rl_parser
+from seqssm.rl.config import RunConfig, validate
+from seqssm.rl.runner import check_env
+
+RECIPES = sorted(Path("recipes/rl").rglob("*.yaml"))
+TINY_PPO = ["--ppo.total_steps", "512", "--ppo.num_envs", "4", "--ppo.unroll", "64", "--ppo.minibatches", "2",
+            "--ppo.epochs", "1", "--agent.core.d_model", "8", "--agent.core.d_state", "4", "--agent.encoder", "[8]",
+            "--agent.actor", "[8]", "--agent.critic", "[8]"]
+
+
+def test_there_are_recipes():
+    assert len(RECIPES) >= 20
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=str)
+def test_every_recipe_says_its_algorithm_and_parses(recipe):
+    algorithm = yaml.safe_load(recipe.read_text())["algorithm"]
+    assert algorithm_of(["--config", str(recipe)]) == algorithm
+    parser = rl_parser(algorithm)
+    init = parser.instantiate(parser.parse_args(["--config", str(recipe)]))
+    config = RunConfig(algorithm=algorithm, env=init.env, agent=init.agent, algo=init[algorithm], eval=init.eval)
+    validate(config)
+    check_env(config)
+
+
+def test_the_algorithm_is_read_like_every_other_key(tmp_path):
+    sac = tmp_path / "sac.yaml"
+    sac.write_text("algorithm: sac\n")
+    assert algorithm_of([]) == "ppo"
+    assert algorithm_of(["--config", str(sac)]) == "sac"
+    assert algorithm_of(["--config", str(sac), "--algorithm", "ppo"]) == "ppo"
+    assert algorithm_of(["--algorithm=sac", "--agent.encoder.kind", "gru", "--help"]) == "sac"
+    assert algorithm_of(["--config", "recipes/rl/repeat_first_easy/s5.yaml", "--config", str(sac)]) == "sac"
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit code, stderr) of `seqssm ARGV` through the package's entry point."""
+    with pytest.raises(SystemExit) as exit_info:
+        seqssm_main(argv)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ppo.num_envs", "-4"], "--ppo.num_envs = -4 is out of range: must be >= 1"),
+    (["--ppo.minibatches", "0"], "--ppo.minibatches = 0 is out of range: must be >= 1"),
+    (["--ppo.minibatches", "3"], "--ppo.minibatches = 3 must divide --ppo.num_envs = 16"),
+    (["--agent.core.layer", "lstm"], "--agent: unknown sequence layer 'lstm'"),
+    (["--env.name", "RepeatFirstEsy"],
+     "--env.name: unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"),
+    (["--env.kwargs", "{doors: 3}"], "--env: "),
+])
+def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):
+    code, err = run_cli(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", "--out_dir", str(tmp_path / "r"),
+                         *args], capsys)
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_sac_and_eval_options_are_one_line_with_exit_code_2(capsys, tmp_path):
+    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--sac.num_envs", "-2"], capsys)
+    assert code == 2 and "--sac.num_envs = -2 is out of range: must be >= 1" in err
+    code, err = run_cli(["rl-eval", "recipes/rl/sac/best_arm/kalman.yaml", "--episodes", "0"], capsys)
+    assert code == 2 and "--episodes = 0 is out of range: must be >= 1" in err
+    code, err = run_cli(["rl-eval", "recipes/rl/sac/best_arm/kalman.yaml"], capsys)
+    assert code == 2 and "unreadable" in err and "weights_only" not in err
+    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--algorithm", "dqn"], capsys)
+    assert code == 2 and "algorithm" in err  # the parser's own message
+
+
+def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, capsys):
+    out = tmp_path / "run"
+    summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--out_dir", str(out)])
+    assert summary["steps"] == 512 and summary["env"] == "RepeatFirstEasy" and summary["algorithm"] == "ppo"
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2] and all("sps" in r and "mmer" in r for r in records)
+    assert json.loads((out / "summary.json").read_text())["steps"] == 512
+    assert {p.name for p in out.iterdir()} == {"config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json"}
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["algorithm"] == "ppo" and saved["ppo"]["num_envs"] == 4 and saved["env"]["previous_action_reward"]
+    result = main(["rl-eval", str(out / "last.pt"), "--episodes", "6", "--num_envs", "4"])
+    assert result["episodes"] == 6 and result["length_mean"] == 51.0 and -1.0 <= result["return_mean"] <= 1.0
+    assert result["algorithm"] == "ppo" and result["train_steps"] == 512
+    assert '"return_mean"' in capsys.readouterr().out
+
+    # the finished run survives a second command with a bad environment, and one without --overwrite
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, err = run_cli(["rl", "--config", str(out / "config.yaml"), "--env.name", "Nope"], capsys)
+    assert code == 2 and "--env.name" in err
+    code, err = run_cli(["rl", "--config", str(out / "config.yaml")], capsys)
+    assert code == 2 and f"--out_dir {out} is not empty (it holds a finished run)" in err and "--overwrite" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # config.yaml is a recipe that repeats the run: with --overwrite, the same numbers
+    main(["rl", "--config", str(out / "config.yaml"), "--overwrite"])
+    again = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for r, s in zip(records, again):
+        assert {k: v for k, v in r.items() if k not in ("wall_s", "sps")} == {
+            k: v for k, v in s.items() if k not in ("wall_s", "sps")}
+
+
+def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
+    out = tmp_path / "sac"
+    summary = main(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--agent.encoder.kind", "vssm",
+                    "--agent.encoder.d_model", "8", "--agent.encoder.d_state", "8", "--agent.actor", "[16]",
+                    "--agent.critic", "[16]", "--env.kwargs", "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64",
+                    "--sac.num_envs", "4", "--sac.batch_size", "4", "--sac.context", "8", "--sac.learning_starts", "16",
+                    "--eval.every", "32", "--eval.episodes", "4", "--out_dir", str(out)])
+    assert summary["memory"] == "vssm" and summary["steps"] == 64 and summary["algorithm"] == "sac"
+    assert set(summary["eval"]) == {"in_dist", "ood"} and 0.0 <= summary["eval"]["ood"]["win"] <= 1.0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["steps"] for r in records] == [32, 64] and all(set(r["eval"]) == {"in_dist", "ood"} for r in records)
+    assert (out / "best.pt").is_file() and (out / "last.pt").is_file()
+    result = main(["rl-eval", str(out / "last.pt"), "--episodes", "8", "--eval_set", "ood", "--deterministic", "true"])
+    assert result["algorithm"] == "sac" and result["eval_set"] == "ood" and result["episodes"] == 8
+    assert 0.0 <= result["win"] <= 1.0 and result["train_steps"] == 64

@@ -1,0 +1,71 @@
+"""RunConfig: per-algorithm defaults, recipe-shaped dicts both ways, and range checks that name the option."""
+
+import pytest
+
+from seqssm.rl import AgentConfig, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
+from seqssm.rl.config import check_limits, validate, within
+from seqssm.rl.errors import ConfigError
+
+
+def test_algorithm_defaults():
+    ppo, sac = RunConfig(), RunConfig(algorithm="sac")
+    assert isinstance(ppo.agent, AgentConfig) and isinstance(ppo.algo, PPOConfig) and ppo.env.previous_action_reward
+    assert isinstance(sac.agent, RACConfig) and isinstance(sac.algo, SACConfig)
+    assert sac.env.previous_action_reward is False  # SAC's networks read the previous action themselves
+    assert RunConfig(algorithm="sac", env=EnvConfig(previous_action_reward=True)).env.previous_action_reward
+    with pytest.raises(ConfigError, match="--algorithm = 'dqn' is not an algorithm; choose one of ppo, sac"):
+        RunConfig(algorithm="dqn")
+    with pytest.raises(ConfigError, match="--agent: a sac run takes a RACConfig, got AgentConfig"):
+        RunConfig(algorithm="sac", agent=AgentConfig())
+
+
+def test_dicts_round_trip_and_unknown_keys_are_named():
+    config = RunConfig(algorithm="sac", env=EnvConfig("BestArm", {"cost": 0.1}), seed=3)
+    config.agent.encoder.kind = "vssm"
+    data = config.to_dict()
+    assert "sac" in data and "algo" not in data and "ppo" not in data
+    again = RunConfig.from_dict(data)
+    assert again == config and again.agent.encoder.kind == "vssm"
+    assert RunConfig.from_dict({"env": {"name": "RepeatFirstEasy"}}).algorithm == "ppo"  # a missing field means ppo
+    with pytest.raises(ConfigError, match=r"--agent.core: unknown key\(s\) \['layers'\]"):
+        RunConfig.from_dict({"agent": {"core": {"layers": 2}}})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['ppo'\] in a sac run config"):
+        RunConfig.from_dict({"algorithm": "sac", "ppo": {}})
+
+
+@pytest.mark.parametrize("value, limit, ok", [
+    (1, ">= 1", True), (0, ">= 1", False), (0.0, "> 0", False), (1e-9, "> 0", True), (-1, ">= -1", True),
+    (0.0, "[0, 1]", True), (1.0, "[0, 1]", True), (1.0, "[0, 1)", False), (0.0, "(0, 1]", False),
+    (float("nan"), "> 0", False),
+])
+def test_within(value, limit, ok):
+    assert within(value, limit) is ok
+
+
+@pytest.mark.parametrize("config, message", [
+    (RunConfig(algo=PPOConfig(num_envs=-4)), r"--ppo.num_envs = -4 is out of range: must be >= 1"),
+    (RunConfig(algo=PPOConfig(minibatches=0)), r"--ppo.minibatches = 0 is out of range: must be >= 1"),
+    (RunConfig(algo=PPOConfig(num_envs=6, minibatches=4)), r"--ppo.minibatches = 4 must divide --ppo.num_envs = 6"),
+    (RunConfig(algorithm="sac", algo=SACConfig(num_envs=-2)), r"--sac.num_envs = -2 is out of range: must be >= 1"),
+    (RunConfig(algorithm="sac", algo=SACConfig(tau=0.0)), r"--sac.tau = 0.0 is out of range: must be \(0, 1\]"),
+    (RunConfig(agent=AgentConfig(actor=[16, 0])),
+     r"--agent.actor = \[16, 0\] is out of range: each entry must be >= 1"),
+    (RunConfig(seed=-1), r"--seed = -1 is out of range: must be >= 0"),
+    (RunConfig(env=EnvConfig(observation_noise=-0.1)), r"--env.observation_noise = -0.1 is out of range"),
+])
+def test_validate_names_the_option_value_and_range(config, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(config)
+
+
+def test_nested_limits():
+    config = RunConfig()
+    config.agent.core.n_layers = 0
+    with pytest.raises(ConfigError, match=r"--agent.core.n_layers = 0 is out of range: must be >= 1"):
+        validate(config)
+    sac = RunConfig(algorithm="sac")
+    sac.agent.encoder.d_state = 0
+    with pytest.raises(ConfigError, match=r"--agent.encoder.d_state = 0"):
+        check_limits(sac.agent, "agent")
+    validate(RunConfig())  # the defaults are valid
+    validate(RunConfig(algorithm="sac"))
