@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from seqssm.optim import tag_param
+from seqssm.optim import SSM_LR_SCALE, tag_ssm
 
 State = Any  # a tensor or a nested tuple / list of tensors
 
@@ -51,9 +51,9 @@ def full_precision(x: torch.Tensor, *like: torch.Tensor):
         yield compute_dtype(x.dtype, *(t.dtype for t in like))
 
 
-def ssm_param(value: torch.Tensor, lr_scale: float = 0.1) -> nn.Parameter:
+def ssm_param(value: torch.Tensor, lr_scale: float = SSM_LR_SCALE) -> nn.Parameter:
     """An SSM parameter (A, B, C, Δ), tagged for `lr_scale` x the learning rate and no weight decay."""
-    return tag_param(nn.Parameter(value.contiguous()), lr_scale=lr_scale, weight_decay=0.0)
+    return tag_ssm(nn.Parameter(value.contiguous()), lr_scale)
 
 
 @contextlib.contextmanager
