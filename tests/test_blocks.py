@@ -92,8 +92,10 @@ CAUSAL_BLOCKS = {
     "mamba-s6-placebo": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), placebo=True)),
     "mamba-s6-rope": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4, rope={}))),
     "mamba-s6-rope-B-delta": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4, rope={"targets": ["B", "delta"]}))),
-    "mamba-s4d-rope-normed-trainable": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s4d", 4, rope={"normalize_len": 13, "trainable": True, "base": 10}))),
-    "mamba-s6-fp32-residual-layernorm": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), residual_in_fp32=True, rms_norm=False, proj_bias=True)),
+    "mamba-s4d-rope-normed-trainable": lambda: MambaBlock(
+        D, MambaBlockConfig(SSPConfig("s4d", 4, rope={"normalize_len": 13, "trainable": True, "base": 10}))),
+    "mamba-s6-fp32-residual-layernorm": lambda: MambaBlock(
+        D, MambaBlockConfig(SSPConfig("s6", 4), residual_in_fp32=True, rms_norm=False, proj_bias=True)),
     "simple-s4d": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4d", 4))),
     "simple-s4": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4", 4))),
     "simple-s4d-rope": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4d", 4, rope={}))),

@@ -65,7 +65,8 @@ def test_recipe_builds_through_the_cli(recipe, monkeypatch):
 
 
 def test_recipes_hold_the_thesis_settings():
-    pre = {r: read_recipe(RECIPES / r) for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}
+    pre = {r: read_recipe(RECIPES / r)
+           for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}
     fine = read_recipe(RECIPES / "finetune.yaml")
     for config in pre.values():
         assert config["trainer"]["max_steps"] == 6250 and config["model"]["init_args"]["weight_decay"] == 0

@@ -1,4 +1,4 @@
-"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, the named thesis models."""
+"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, the thesis models."""
 
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.registry import BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, VARIANTS, build, model_config, parse_name

@@ -2,8 +2,8 @@
 
 `model_from_path` rebuilds the network with its weights; `read_weights` gives only the state dict (for
 `init_from`, where the task builds its own network). Task checkpoints (the `.ckpt` files of `seqssm fit`)
-store the network's config under `CHECKPOINT_MODEL_CONFIG` (`SequenceModelConfig.to_dict()`; flat in those of
-earlier versions), so the model is rebuilt without the task or Lightning; checkpoints written before that entry existed are rebuilt from the task's hyper-parameters
+store the network's config under `CHECKPOINT_MODEL_CONFIG` (`SequenceModelConfig.to_dict()`, the flat dict
+in earlier versions), so the model is rebuilt without the task or Lightning; checkpoints written before that entry existed are rebuilt from the task's hyper-parameters
 (registry name, `model_overrides` and the dimensions linked from the data), as the task built it.
 
 Nothing here unpickles code: checkpoints are read with `torch.load(weights_only=True)`, folders and

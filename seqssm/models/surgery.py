@@ -39,7 +39,8 @@ def branch_shape(config: SequenceModelConfig) -> dict:
     """The settings that shape each block's conv1d + SSP branch, by name."""
     block, ssp = config.block, config.block.ssp
     return {"block": block.kind, "n_layers": config.n_layers, "d_model": config.d_model,
-            **{k: getattr(block, k) for k in BRANCH_SHAPE_FIELDS}, **{f"ssp.{k}": getattr(ssp, k) for k in SSP_SHAPE_FIELDS}}
+            **{k: getattr(block, k) for k in BRANCH_SHAPE_FIELDS},
+            **{f"ssp.{k}": getattr(ssp, k) for k in SSP_SHAPE_FIELDS}}
 _FIRST_BRANCH = re.compile(r"^(backbone\.layers\.\d+\.branches\.)0\.")
 
 
@@ -98,8 +99,8 @@ def fuse_f1r1(forward_model: SequenceModel | str | Path, reverse_model: Sequence
     reverse, reverse_path = _load(reverse_model, "reverse")
     _check_causal_mamba(forward, "forward")
     _check_causal_mamba(reverse, "reverse")
-    shapes = branch_shape(forward.config), branch_shape(reverse.config)
-    differ = [f"{k}: forward {shapes[0][k]!r} vs reverse {shapes[1][k]!r}" for k in shapes[0] if shapes[0][k] != shapes[1][k]]
+    ours, theirs = branch_shape(forward.config), branch_shape(reverse.config)
+    differ = [f"{k}: forward {ours[k]!r} vs reverse {theirs[k]!r}" for k in ours if ours[k] != theirs[k]]
     if differ:
         raise SurgeryError("forward and reverse models differ in widths/shape, so the reverse model's branches "
                            "do not fit the forward model's blocks: " + "; ".join(differ))

@@ -228,8 +228,9 @@ class SequenceTask(L.LightningModule):
         after = [(g["initial_lr"], g["weight_decay"], tuple(g["betas"])) for g in optimizer.param_groups]
         if self._resumed_step is not None and (before != after or self._planned_steps != self.schedule_steps):
             rank_zero_info(
-                f"Resumed at step {step} with this run's optimizer settings: peak lr {self.peak_lr:g} (the checkpoint's: "
-                f"{max(b[0] for b in before):g}), weight_decay {hp.weight_decay}, betas {tuple(hp.betas)}, "
+                f"Resumed at step {step} with this run's optimizer settings: peak lr {self.peak_lr} "
+                f"(the checkpoint's: {max(b[0] for b in before):g}), weight_decay {hp.weight_decay}, "
+                f"betas {tuple(hp.betas)}, "
                 f"a schedule over {self.schedule_steps} steps"
                 + (f" (the checkpoint's run planned {self._planned_steps})." if self._planned_steps else "."))
 

@@ -48,7 +48,8 @@ def test_state_size_goes_to_the_layers_own_keyword(name):
 
 def test_unknown_names_list_the_registered_layers():
     names = ", ".join(LAYERS)
-    for make in (lambda: build_layer("lstm", D), lambda: SSPConfig("lstm", 4), lambda: make_stack("simple", D, 1, ssp="lstm"),
+    for make in (lambda: build_layer("lstm", D), lambda: SSPConfig("lstm", 4),
+                 lambda: make_stack("simple", D, 1, ssp="lstm"),
                  lambda: build_core(CoreConfig(layer="lstm", d_model=D))):
         with pytest.raises(ValueError, match=f"unknown sequence layer 'lstm'; registered layers: {names}"):
             make()

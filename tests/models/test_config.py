@@ -46,7 +46,8 @@ def test_flat_configs_map_onto_the_typed_one():
     # the flat form stored the Mamba-only settings for Simple models too; they shaped nothing and are dropped
     assert simple.block == SimpleBlockConfig(SSPConfig("s4", 4, layer_kwargs={"dt_max": 0.05}), rms_norm=True,
                                              norm_eps=1e-4)
-    assert torch.load(FLAT / "simple-classification.ckpt", weights_only=True)[CHECKPOINT_MODEL_CONFIG]["block"] == "simple"
+    stored = torch.load(FLAT / "simple-classification.ckpt", weights_only=True)[CHECKPOINT_MODEL_CONFIG]
+    assert stored["block"] == "simple" and stored["expand"] == 2
 
 
 def test_new_folders_and_checkpoints_hold_the_nested_config(tmp_path):
@@ -75,7 +76,7 @@ def test_replace_takes_fields_nested_blocks_and_flat_names():
 
 def test_config_errors_name_the_setting():
     config = model_config("simple-s4", d_input=3, n_classes=2)
-    with pytest.raises(ValueError, match=r"simple blocks have no setting\(s\) \['expand'\] \(settings of mamba blocks\)"):
+    with pytest.raises(ValueError, match=r"simple blocks have no setting\(s\) \['expand'\] \(settings of mamba"):
         config.replace(expand=1)
     with pytest.raises(ValueError, match=r"unknown SSP setting\(s\) \['dstate'\]"):
         config.replace(block={"ssp": {"dstate": 4}})

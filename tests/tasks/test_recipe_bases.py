@@ -1,4 +1,4 @@
-"""Recipes that name their `_base_`: merged as `seqssm fit` reads them, relative to the recipe, errors that name files."""
+"""Recipes that name their `_base_`: merged as `seqssm fit` reads them, relative to the recipe; errors name files."""
 
 from __future__ import annotations
 
