@@ -34,7 +34,12 @@ def _child(ssp: str, batch: int, length: int, d_model: int, bidirectional: int, 
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    block = MambaBlock(d_model, ssp, d_state=16, bidirectional=bool(bidirectional))
+    try:  # a source tree with typed block configs
+        from seqssm.blocks import MambaBlockConfig, SSPConfig
+
+        block = MambaBlock(d_model, MambaBlockConfig(SSPConfig(ssp, d_state=16), bidirectional=bool(bidirectional)))
+    except ImportError:  # one from before them
+        block = MambaBlock(d_model, ssp, d_state=16, bidirectional=bool(bidirectional))
     x = torch.randn(batch, length, d_model, requires_grad=True)
 
     def fwd_bwd():

@@ -35,7 +35,8 @@ def main() -> None:
     for name, (full, in_ssp) in THESIS_TABLE3.items():
         m = build(name, d_input=3, n_classes=10)
         n = count(m)
-        print(f"{name:<14}{m.config['d_model']:>5}{n:>10,}{full:>10,}{100 * (n / full - 1):>+7.1f}%{ssp_count(m):>10,}{in_ssp:>12,}")
+        d = m.config.d_model
+        print(f"{name:<14}{d:>5}{n:>10,}{full:>10,}{100 * (n / full - 1):>+7.1f}%{ssp_count(m):>10,}{in_ssp:>12,}")
 
     print(f"\nTable 6 - IMDB ({args.vocab_size}-symbol vocabulary, 2 classes)")
     print(f"{'model':<16}{'d':>5}{'ours':>11}{'thesis':>11}{'diff':>8}{'ratio ours':>12}{'ratio thesis':>14}")
@@ -47,7 +48,7 @@ def main() -> None:
         regular.setdefault(base, (n, thesis))
         ours_ratio, thesis_ratio = n / regular[base][0], thesis / regular[base][1]
         print(
-            f"{name:<16}{m.config['d_model']:>5}{n:>11,}{thesis:>11,}{100 * (n / thesis - 1):>+7.1f}%"
+            f"{name:<16}{m.config.d_model:>5}{n:>11,}{thesis:>11,}{100 * (n / thesis - 1):>+7.1f}%"
             f"{ours_ratio:>12.3f}{thesis_ratio:>14.3f}"
         )
 

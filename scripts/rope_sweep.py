@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from seqssm.tasks.recipes import read_recipe
+
 S6_TARGETS = ("x", "B", "C", "delta")
 
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(extra) - (1 if "--" in argv else 0)])
 
-    recipe = yaml.safe_load(args.recipe.read_text())
+    recipe = read_recipe(args.recipe)  # its bases merged in: each point's config stands alone
     model = recipe["model"]["init_args"]["model"]
     max_length = recipe["data"]["init_args"].get("max_length") or 1024
     points = grid(selective=model.startswith("mamba-s6"), max_length=max_length)

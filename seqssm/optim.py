@@ -1,21 +1,40 @@
 """Optimizer groups from per-parameter tags.
 
-SSM parameters (A, B, C, dt of S4/S4D, A of S6) train at 0.1x learning rate without weight
-decay (thesis 12.2.4). Layers tag such parameters with `tag_param`; `param_groups` turns the
-tags into AdamW groups, so training code never matches parameter names.
+SSM parameters (A, B, C, dt of S4/S4D, A of S6) train at a fraction of the learning rate, 0.1x by
+default, without weight decay (thesis 12.2.4). Layers tag such parameters with `tag_ssm`; a model's
+SSP config may set another fraction (`seqssm.blocks.SSPConfig.lr_scale`), which `set_ssm_lr_scale`
+writes into the tags; `param_groups` turns the tags into AdamW groups, so training code never matches
+parameter names.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-SSM_OPTIM = {"lr_scale": 0.1, "weight_decay": 0.0}
+SSM_LR_SCALE = 0.1  # thesis 12.2.4
 
 
-def tag_param(param: nn.Parameter, lr_scale: float = 0.1, weight_decay: float = 0.0) -> nn.Parameter:
+def tag_param(param: nn.Parameter, lr_scale: float = 1.0, weight_decay: float = 0.0) -> nn.Parameter:
     """Mark `param` for a scaled learning rate and its own weight decay; returns it."""
     param._optim = {"lr_scale": float(lr_scale), "weight_decay": float(weight_decay)}
     return param
+
+
+def tag_ssm(param: nn.Parameter, lr_scale: float = SSM_LR_SCALE) -> nn.Parameter:
+    """Mark `param` as an SSM parameter: `lr_scale` x the learning rate, no weight decay; returns it."""
+    tag_param(param, lr_scale, weight_decay=0.0)
+    param._optim["ssm"] = True
+    return param
+
+
+def set_ssm_lr_scale(module: nn.Module, lr_scale: float) -> None:
+    """Every SSM parameter of `module` (tagged by `tag_ssm`) trains at `lr_scale` x the learning rate."""
+    if not lr_scale > 0:
+        raise ValueError(f"an SSM learning-rate scale must be positive, got {lr_scale}")
+    for p in module.parameters():
+        tag = getattr(p, "_optim", None)
+        if tag is not None and tag.get("ssm"):
+            tag["lr_scale"] = float(lr_scale)
 
 
 def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.01) -> list[dict]:

@@ -4,7 +4,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqssm.blocks import BlockStack, FeatureDropout, MambaBlock, SimpleBlock, flip_within_lengths, make_stack
+from seqssm.blocks import (
+    BlockStack,
+    FeatureDropout,
+    MambaBlock,
+    MambaBlockConfig,
+    SimpleBlock,
+    SimpleBlockConfig,
+    SSPConfig,
+    flip_within_lengths,
+    make_stack,
+)
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_reference, causal_conv1d_step
 from seqssm.testing import check_layer_contract
 
@@ -76,17 +86,19 @@ def test_conv_step_loop_and_reset_semantics():
 # --- layer contract ---------------------------------------------------------------------------
 
 CAUSAL_BLOCKS = {
-    "mamba-s6": lambda: MambaBlock(D, "s6", d_state=4),
-    "mamba-s4d": lambda: MambaBlock(D, "s4d", d_state=4),
-    "mamba-s4": lambda: MambaBlock(D, "s4", d_state=4),
-    "mamba-s6-placebo": lambda: MambaBlock(D, "s6", d_state=4, placebo=True),
-    "mamba-s6-rope": lambda: MambaBlock(D, "s6", d_state=4, rope={}),
-    "mamba-s6-rope-B-delta": lambda: MambaBlock(D, "s6", d_state=4, rope={"targets": ["B", "delta"]}),
-    "mamba-s4d-rope-normed-trainable": lambda: MambaBlock(D, "s4d", d_state=4, rope={"normalize_len": 13, "trainable": True, "base": 10}),
-    "mamba-s6-fp32-residual-layernorm": lambda: MambaBlock(D, "s6", d_state=4, residual_in_fp32=True, rms_norm=False, proj_bias=True),
-    "simple-s4d": lambda: SimpleBlock(D, "s4d", d_state=4),
-    "simple-s4": lambda: SimpleBlock(D, "s4", d_state=4),
-    "simple-s4d-rope": lambda: SimpleBlock(D, "s4d", d_state=4, rope={}),
+    "mamba-s6": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4))),
+    "mamba-s4d": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s4d", 4))),
+    "mamba-s4": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s4", 4))),
+    "mamba-s6-placebo": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), placebo=True)),
+    "mamba-s6-rope": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4, rope={}))),
+    "mamba-s6-rope-B-delta": lambda: MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4, rope={"targets": ["B", "delta"]}))),
+    "mamba-s4d-rope-normed-trainable": lambda: MambaBlock(
+        D, MambaBlockConfig(SSPConfig("s4d", 4, rope={"normalize_len": 13, "trainable": True, "base": 10}))),
+    "mamba-s6-fp32-residual-layernorm": lambda: MambaBlock(
+        D, MambaBlockConfig(SSPConfig("s6", 4), residual_in_fp32=True, rms_norm=False, proj_bias=True)),
+    "simple-s4d": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4d", 4))),
+    "simple-s4": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4", 4))),
+    "simple-s4d-rope": lambda: SimpleBlock(D, SimpleBlockConfig(SSPConfig("s4d", 4, rope={}))),
 }
 
 
@@ -106,18 +118,18 @@ def test_stacks_obey_the_layer_contract(block):
 
 
 def test_mamba_state_layout():
-    block = MambaBlock(D, "s6", d_state=4, expand=2, d_conv=4)
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), expand=2, d_conv=4))
     conv, ssp = block.initial_state(3)
     assert conv.shape == (3, 2 * D, 3) and ssp.shape == (3, 2 * D, 4)
     _, (conv, ssp) = block.scan(torch.randn(3, 6, D))
     assert conv.shape == (3, 2 * D, 3) and ssp.shape == (3, 2 * D, 4)
-    placebo = MambaBlock(D, "s6", d_state=4, placebo=True).initial_state(3)
+    placebo = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), placebo=True)).initial_state(3)
     assert len(placebo) == 2 and all(s[0].shape == (3, 2 * D, 3) for s in placebo)
 
 
 def test_reset_zeroes_the_conv_state_too():
     """With a reset at t, what came before t must not reach outputs >= t through the conv taps."""
-    block = MambaBlock(D, "s4d", d_state=4).double()
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s4d", 4))).double()
     x = torch.randn(1, 10, D, dtype=torch.float64)
     x_other = x.clone()
     x_other[:, :6] = torch.randn(1, 6, D, dtype=torch.float64)
@@ -142,7 +154,7 @@ def test_flip_within_lengths_reverses_valid_part_only():
 
 @pytest.mark.parametrize("ssp", ["s6", "s4d"])
 def test_bidirectional_is_non_causal_and_has_no_recurrence(ssp):
-    block = MambaBlock(D, ssp, d_state=4, bidirectional=True).double()
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig(ssp, 4), bidirectional=True)).double()
     x = torch.randn(2, 9, D, dtype=torch.float64)
     x2 = x.clone()
     x2[:, -1] += 1.0
@@ -157,7 +169,7 @@ def test_bidirectional_is_non_causal_and_has_no_recurrence(ssp):
 
 
 def test_bidirectional_is_the_sum_of_a_forward_and_a_flipped_branch():
-    block = MambaBlock(D, "s6", d_state=4, bidirectional=True, dropout=0.0).double()
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), bidirectional=True, dropout=0.0)).double()
     x = torch.randn(2, 7, D, dtype=torch.float64)
     xi, z = block.in_proj(block.norm(x)).chunk(2, -1)
     fwd, bwd = block.branches
@@ -166,8 +178,8 @@ def test_bidirectional_is_the_sum_of_a_forward_and_a_flipped_branch():
 
 
 def test_placebo_has_the_parameters_of_bidirectional_and_no_flips():
-    bi = MambaBlock(D, "s6", d_state=4, bidirectional=True).double()
-    placebo = MambaBlock(D, "s6", d_state=4, placebo=True).double()
+    bi = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), bidirectional=True)).double()
+    placebo = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), placebo=True)).double()
     placebo.load_state_dict(bi.state_dict())  # same names and shapes
     x = torch.randn(2, 7, D, dtype=torch.float64)
     xi, z = placebo.in_proj(placebo.norm(x)).chunk(2, -1)
@@ -178,7 +190,7 @@ def test_placebo_has_the_parameters_of_bidirectional_and_no_flips():
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_block_right_padding_does_not_change_valid_outputs(bidirectional):
-    block = MambaBlock(D, "s6", d_state=4, bidirectional=bidirectional).double()
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), bidirectional=bidirectional)).double()
     x = torch.randn(2, 9, D, dtype=torch.float64)
     lengths = torch.tensor([5, 9])
     y = block(x, lengths=lengths)
@@ -202,7 +214,7 @@ def test_feature_dropout_zeroes_whole_features_and_is_identity_in_eval():
 
 
 def test_mamba_dropout_sits_after_the_ssp():
-    block = MambaBlock(D, "s6", d_state=4, dropout=0.999).train()
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), dropout=0.999)).train()
     x = torch.randn(2, 5, D)
     torch.manual_seed(1)
     # With nearly every SSP feature dropped the block is (almost surely) the identity map.

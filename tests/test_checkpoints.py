@@ -36,7 +36,7 @@ def test_export_round_trip_gives_identical_outputs(tmp_path):
     out = export_checkpoint(last, tmp_path / "exported")
     meta = json.loads((out / "config.json").read_text())
     assert meta["format"] == FORMAT and meta["format_version"] == FORMAT_VERSION
-    assert meta["model"] == task.model.config
+    assert meta["model"] == task.model.config.to_dict()
     assert (out / "model.safetensors").is_file()
     loaded = SequenceModel.from_pretrained(out).eval()
     batch = a_batch(TinyTokens())

@@ -10,7 +10,8 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import MambaConfig, MambaForCausalLM  # noqa: E402
 
-from seqssm.models import SequenceModel, build  # noqa: E402
+from seqssm.blocks import MambaBlockConfig, SSPConfig  # noqa: E402
+from seqssm.models import SequenceModel, SequenceModelConfig, build  # noqa: E402
 from seqssm.models.hub import load_state_dict  # noqa: E402
 from seqssm.models.interop import PretrainedFormatError  # noqa: E402
 
@@ -72,7 +73,7 @@ def test_hf_folder_logits_float32(tmp_path, shape):
         ours = model(ids)
     torch.testing.assert_close(ours, hf_logits(hf, ids), rtol=0, atol=1e-5)
     cfg = model.config
-    assert (cfg["norm_eps"], cfg["tie_embeddings"]) == (hf.config.layer_norm_epsilon, hf.config.tie_word_embeddings)
+    assert (cfg.block.norm_eps, cfg.tie_embeddings) == (hf.config.layer_norm_epsilon, hf.config.tie_word_embeddings)
     assert (model.head.weight is model.embedding.weight) == hf.config.tie_word_embeddings
 
 
@@ -129,7 +130,7 @@ def test_mamba_ssm_folder(tmp_path, shape):
     vocab = padded - 3  # mamba_ssm pads vocab_size up to a multiple: 61 -> 64, 34 -> 37 with multiples 8 / 37
     write_mamba_ssm(tmp_path, hf, vocab, 8 if padded == 64 else 37)
     model = SequenceModel.from_pretrained(tmp_path).eval()
-    assert model.embedding.num_embeddings == padded and model.config["vocab_size"] == vocab
+    assert model.embedding.num_embeddings == padded and model.config.vocab_size == vocab
     ids = torch.randint(0, vocab, (2, 19))
     with torch.no_grad():
         ours = model(ids)
@@ -155,8 +156,9 @@ def test_mamba_ssm_layernorm_config(tmp_path):
 
 def test_export_hf_loads_in_transformers(tmp_path):
     torch.manual_seed(1)
-    model = SequenceModel(24, 2, vocab_size=61, pooling=None, d_state=4, d_conv=3, proj_bias=True, dt_rank=3,
-                          norm_eps=1e-4, tie_embeddings=True, pad_vocab_size_multiple=8, dropout=0.0).eval()
+    block = MambaBlockConfig(SSPConfig("s6", d_state=4), d_conv=3, proj_bias=True, dt_rank=3, norm_eps=1e-4)
+    model = SequenceModel(SequenceModelConfig(24, 2, block, vocab_size=61, pooling=None, tie_embeddings=True,
+                                              pad_vocab_size_multiple=8)).eval()
     model.save_pretrained(tmp_path, format="hf")
     hf = MambaForCausalLM.from_pretrained(tmp_path).eval()
     assert hf.config.vocab_size == 64 and hf.config.use_bias and hf.config.layer_norm_epsilon == 1e-4

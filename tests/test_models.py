@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqssm.layers import S5
-from seqssm.models import SequenceModel, build, sample_next
+from seqssm.models import SequenceModel, SequenceModelConfig, build, sample_next
 from seqssm.testing import check_layer_contract
 
 TINY = dict(d_model=8, n_layers=2, d_state=4, dropout=0.0)
@@ -48,11 +48,15 @@ def test_tied_embeddings_share_one_tensor():
 
 def test_argument_checks():
     with pytest.raises(ValueError, match="exactly one"):
-        SequenceModel(8, vocab_size=4, d_input=2, n_classes=2)
+        SequenceModel(SequenceModelConfig(8, vocab_size=4, d_input=2, n_classes=2))
     with pytest.raises(ValueError, match="n_classes"):
-        SequenceModel(8, vocab_size=4)
+        SequenceModel(SequenceModelConfig(8, vocab_size=4))
     with pytest.raises(ValueError, match="vocab_size"):
-        SequenceModel(8, d_input=3, pooling=None)
+        SequenceModel(SequenceModelConfig(8, d_input=3, pooling=None))
+    with pytest.raises(ValueError, match="unknown pooling 'max'"):
+        SequenceModelConfig(8, d_input=3, n_classes=2, pooling="max")
+    with pytest.raises(TypeError, match="SequenceModel.from_config reads dicts"):
+        SequenceModel({"d_model": 8, "d_input": 3, "n_classes": 2})
 
 
 # --- padding ----------------------------------------------------------------------------------
@@ -159,7 +163,7 @@ def test_top_k_keeps_only_the_k_largest():
 @pytest.mark.parametrize("name", ["mamba-s6-bi-rope", "simple-s4", "mamba-s4d-placebo"])
 def test_config_round_trip(name):
     m = tiny(name, vocab_size=11, n_classes=2, rope={"base": 10, "trainable": True, "targets": ("x",)} if "rope" in name else None)
-    config = json.loads(json.dumps(m.config))
+    config = json.loads(json.dumps(m.config.to_dict()))
     again = SequenceModel.from_config(config).double().eval()
     again.load_state_dict(m.state_dict())
     ids = torch.randint(0, 11, (2, 6))
@@ -170,10 +174,10 @@ def test_config_round_trip(name):
 def test_registry_defaults_and_names():
     m = build("mamba-s6", vocab_size=256, n_classes=2)
     c = m.config
-    assert (c["d_model"], c["n_layers"], c["d_state"], c["dropout"], c["pooling"]) == (116, 6, 16, 0.1, "mean")
-    assert build("simple-s4d", d_input=3, n_classes=10).config["d_state"] == 64
-    assert build("mamba-s4d-bi", vocab_size=256, n_classes=2).config["bidirectional"]
-    assert build("mamba-s6-rope", vocab_size=256).config["pooling"] is None
+    assert (c.d_model, c.n_layers, c.block.ssp.d_state, c.block.dropout, c.pooling) == (116, 6, 16, 0.1, "mean")
+    assert build("simple-s4d", d_input=3, n_classes=10).config.block.ssp.d_state == 64
+    assert build("mamba-s4d-bi", vocab_size=256, n_classes=2).config.block.bidirectional
+    assert build("mamba-s6-rope", vocab_size=256).config.pooling is None
     for bad in ("mamba-s7", "mamba-s6-bi-sm", "mamba-s6-xx", "simple-s4d-bi", "mamba-s4-sm"):
         with pytest.raises(ValueError):
             build(bad, vocab_size=4, n_classes=2)
@@ -182,7 +186,7 @@ def test_registry_defaults_and_names():
     # Any registered layer fills a block, by the same name it has for the RL cores.
     assert isinstance(build("mamba-s5", vocab_size=4, n_classes=2, d_model=8, n_layers=1).backbone.layers[0]
                       .branches[0].ssp, S5)
-    assert build("mamba-s4-sm", vocab_size=4, n_classes=2, d_model=16, n_layers=1).config["d_model"] == 16
+    assert build("mamba-s4-sm", vocab_size=4, n_classes=2, d_model=16, n_layers=1).config.d_model == 16
 
 
 def test_residual_in_fp32_keeps_the_stream_in_float32():

@@ -17,7 +17,7 @@ def test_table3_cifar10_numerical_within_3_percent(name):
 
 def test_table6_imdb_widths_counts_and_variant_ratios():
     models = {name: build(name, vocab_size=256, n_classes=2) for name in THESIS_TABLE6}
-    assert {name: m.config["d_model"] for name, m in models.items()} == {
+    assert {name: m.config.d_model for name, m in models.items()} == {
         "mamba-s4d": 116, "mamba-s4d-bi": 108, "mamba-s4d-sm": 140,
         "mamba-s6": 116, "mamba-s6-bi": 107, "mamba-s6-sm": 170,
     }

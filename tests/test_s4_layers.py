@@ -191,7 +191,8 @@ def test_gradients_of_conv_and_recurrent_paths_agree(name):
 @pytest.mark.parametrize("name", LAYERS)
 def test_ssm_parameters_are_tagged(name):
     layer = LAYERS[name]()
-    tagged = {n for n, p in layer.named_parameters() if getattr(p, "_optim", None) == {"lr_scale": 0.1, "weight_decay": 0.0}}
+    ssm_tag = {"lr_scale": 0.1, "weight_decay": 0.0, "ssm": True}
+    tagged = {n for n, p in layer.named_parameters() if getattr(p, "_optim", None) == ssm_tag}
     expected = {"log_A_real", "A_imag", "B", "C", "log_dt"} | ({"P"} if name == "s4" else set())
     assert tagged == expected
     groups = {(g["lr"], g["weight_decay"]): {id(p) for p in g["params"]} for g in param_groups(layer, lr=1e-3)}

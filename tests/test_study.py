@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from seqssm.cli import main, make_cli
-from seqssm.study import LengthScaledLR, scaled_lr
 from seqssm.study import species as study
 from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
+from seqssm.tasks import Classification, MaskedLM, NextTokenPrediction
+from seqssm.tasks.recipes import read_recipe
 
 RECIPES = Path(__file__).parents[1] / "recipes" / "species"
 TINY = Preset(
@@ -25,10 +26,9 @@ TINY = Preset(
 )
 
 
-def lr_rule(recipe: str) -> dict:
-    callbacks = yaml.safe_load((RECIPES / recipe).read_text())["trainer"]["callbacks"]
-    (rule,) = [c["init_args"] for c in callbacks if c["class_path"] == "seqssm.study.LengthScaledLR"]
-    return rule
+TASKS = {"seqssm.tasks.Classification": (Classification, {"n_classes": 5}),
+         "seqssm.tasks.NextTokenPrediction": (NextTokenPrediction, {}),
+         "seqssm.tasks.MaskedLM": (MaskedLM, {"mask_token_id": 4})}
 
 
 @pytest.mark.parametrize("recipe, expected", [
@@ -39,28 +39,35 @@ def lr_rule(recipe: str) -> dict:
     ("pretrain_mlm_bi.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
 ])
 def test_recipes_scale_the_lr_with_the_configured_length(recipe, expected):
-    rule = lr_rule(recipe)
-    callback = LengthScaledLR(**rule)
+    config = read_recipe(RECIPES / recipe)["model"]
+    task_class, outputs = TASKS[config["class_path"]]
+    args = {**config["init_args"], "model_overrides": {"n_layers": 1}}  # the lr rule needs no full-size network
     for length, lr in expected.items():
-        assert scaled_lr(rule["base_lr"], rule["reference_length"], length) == pytest.approx(lr, rel=1e-12)
-        module = SimpleNamespace(hparams=SimpleNamespace(lr=123.0))
-        callback.setup(SimpleNamespace(datamodule=SimpleNamespace(max_length=length)), module, "fit")
-        assert module.hparams.lr == pytest.approx(lr, rel=1e-12)
+        task = task_class(**args, vocab_size=12, **outputs, max_length=length)
+        assert task.peak_lr == pytest.approx(lr, rel=1e-12)
+        assert task.hparams.lr == args["lr"]  # the recipe's value is kept; only the optimizer sees the scaled one
 
 
-@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_the_length_rule_needs_the_training_length():
+    with pytest.raises(ValueError, match="max_length must be the training length"):
+        NextTokenPrediction(vocab_size=12, lr_reference_length=2048, model_overrides={"n_layers": 1})
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml") if p.name != "base.yaml"))
 def test_recipe_builds_through_the_cli(recipe, monkeypatch):
     monkeypatch.setattr("sys.argv", ["seqssm"])
-    cli = make_cli(["--config", str(RECIPES / recipe)], run=False)
+    cli = make_cli(["--config", str(RECIPES / recipe), "--data.init_args.max_length", "8192"], run=False)
     assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size == 12
-    assert cli.model.model.config["d_model"] == (107 if "mlm_bi" in recipe else 116)
-    assert any(isinstance(c, LengthScaledLR) for c in cli.trainer.callbacks)
+    assert cli.model.model.config.d_model == (107 if "mlm_bi" in recipe else 116)
+    # max_length reached the task through the CLI link: the peak lr is half the one at 4096
+    assert cli.model.hparams.max_length == 8192
+    assert cli.model.peak_lr == pytest.approx((1.25e-4 if recipe == "finetune.yaml" else 1e-3), rel=1e-12)
 
 
 def test_recipes_hold_the_thesis_settings():
-    pre = {r: yaml.safe_load((RECIPES / r).read_text())
+    pre = {r: read_recipe(RECIPES / r)
            for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}
-    fine = yaml.safe_load((RECIPES / "finetune.yaml").read_text())
+    fine = read_recipe(RECIPES / "finetune.yaml")
     for config in pre.values():
         assert config["trainer"]["max_steps"] == 6250 and config["model"]["init_args"]["weight_decay"] == 0
         assert config["model"]["init_args"]["model_overrides"]["dropout"] == 0
@@ -123,8 +130,7 @@ def test_tiny_study_through_the_cli_then_resumes_without_rerunning_finished_arms
 
     def crash_in_f1_arm(self, name, run_dir, config):
         if name == "32/f1":
-            config = study.merge(config, {"trainer": {"callbacks": config["trainer"]["callbacks"] + [
-                {"class_path": f"{__name__}.Crash"}]}})
+            config = study.merge(config, {"trainer": {"callbacks": [{"class_path": f"{__name__}.Crash"}]}})
         return fit(self, name, run_dir, config)
 
     monkeypatch.setattr(SpeciesStudy, "_fit", crash_in_f1_arm)

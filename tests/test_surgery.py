@@ -25,7 +25,7 @@ def test_f1_copies_each_blocks_branch_into_both_branches(ssp):
     source = causal(ssp)
     f1 = to_bidirectional(source)
     src, out = source.state_dict(), f1.state_dict()
-    assert f1.config["bidirectional"] and f1.config["d_model"] == source.config["d_model"]
+    assert f1.config.block.bidirectional and f1.config.d_model == source.config.d_model
     branch_keys = [k for k in out if BRANCH.match(k)]
     # conv1d and every SSP tensor (for S6: x_proj, dt_proj, A_log, D) sit in the branch
     expected = {"conv1d.weight", "conv1d.bias"} | ({"ssp.x_proj.weight", "ssp.dt_proj.weight", "ssp.dt_proj.bias",

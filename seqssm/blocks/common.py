@@ -5,16 +5,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, mask_outputs
+from seqssm.blocks.config import SSPConfig
+from seqssm.blocks.ssp import RotarySSP
+from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs
 from seqssm.layers.registry import build_layer
+from seqssm.optim import set_ssm_lr_scale
 
 
-def make_ssp(kind: str, d_model: int, d_state: int, dt_rank: int | None = None, **kwargs) -> nn.Module:
-    """The sequence primitive (SSP) of a block: any layer of `seqssm.layers.LAYERS` by name ("s4" DPLR,
-    "s4d" diagonal, "s6" selective, ...) over d_model channels; dt_rank is S6's, None keeps its default."""
-    if dt_rank is not None:
-        kwargs["dt_rank"] = dt_rank
-    return build_layer(kind, d_model, d_state, **kwargs)
+def make_ssp(config: SSPConfig, d_model: int, **kwargs) -> nn.Module:
+    """The sequence primitive (SSP) of a block over d_model channels, (B, L, d_model) -> (B, L, d_model): layer
+    `config.layer` ("s4" DPLR, "s4d" diagonal, "s6" selective, ...) with its learning-rate scale, behind RoPE when
+    `config.rope` is set. kwargs: constructor arguments the block adds (the Mamba block's dt_rank for S6)."""
+    layer = build_layer(config.layer, d_model, config.d_state, **config.layer_kwargs, **kwargs)
+    if config.lr_scale is not None:
+        set_ssm_lr_scale(layer, config.lr_scale)
+    return layer if config.rope is None else RotarySSP(layer, **config.rope)
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
-from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
+from seqssm.blocks.config import MambaBlockConfig, SSPConfig
+from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, check_steps, mask_outputs, non_causal_error
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
@@ -22,29 +22,19 @@ from seqssm.ops.masked import masked_causal_conv1d
 class ConvSSPBranch(ChannelsFirstLayer):
     """Causal depthwise conv1d (with bias) -> SiLU -> [RoPE ->] SSP over d_inner channels, channels first.
 
+    ssp_kwargs: constructor arguments of the SSP beyond its config (S6's dt_rank).
     x (B, d_inner, L) -> (B, d_inner, L) (`forward` / `scan`: (B, L, d_inner)); state (conv state
     (B, d_inner, d_conv-1), SSP state). A masked step leaves the conv window unchanged too.
     """
 
-    def __init__(
-        self,
-        d_inner: int,
-        ssp: str = "s6",
-        d_state: int = 16,
-        d_conv: int = 4,
-        conv_bias: bool = True,
-        dt_rank: int | None = None,
-        rope: dict | None = None,
-        ssp_kwargs: dict | None = None,
-    ):
+    def __init__(self, d_inner: int, ssp: SSPConfig, d_conv: int = 4, conv_bias: bool = True, **ssp_kwargs):
         super().__init__()
         self.d_inner, self.d_conv = d_inner, d_conv
         self.d_model = d_inner  # the width of this branch's input, as the layer contract reads it
         # An nn.Conv1d only to hold weight (d_inner, 1, d_conv) and bias with PyTorch's default init
         # (thesis 12.2.4) and mamba_ssm's parameter layout; the computation is `causal_conv1d`.
         self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, bias=conv_bias)
-        layer = make_ssp(ssp, d_inner, d_state, dt_rank=dt_rank, **(ssp_kwargs or {}))
-        self.ssp = layer if rope is None else RotarySSP(layer, **rope)
+        self.ssp = make_ssp(ssp, d_inner, **ssp_kwargs)
 
     def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         h = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias)
@@ -74,46 +64,32 @@ class MambaBlock(SequenceLayer):
     norm -> in_proj to (x, z), 2 x expand x d_model -> conv1d + SiLU -> SSP -> feature dropout ->
     * SiLU(z) -> out_proj -> + residual. `bidirectional`: a second conv1d + SSP branch runs on each
     sequence reversed within its own length and its output, reversed back, is added (non-causal;
-    `scan`/`step` raise). `placebo`: the same two branches without the flips (causal).
-    State: (conv state, SSP state); for placebo, one such pair per branch. With `rope` (a dict of
-    `RotarySSP` options) the SSP state is (SSP state, positions).
+    `scan`/`step` raise). `placebo`: the same two branches without the flips (causal). Settings: `config`.
+    State: (conv state, SSP state); for placebo, one such pair per branch. With RoPE (config.ssp.rope)
+    the SSP state is (SSP state, positions).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        ssp: str = "s6",
-        d_state: int = 16,
-        expand: int = 2,
-        d_conv: int = 4,
-        dropout: float = 0.0,
-        rope: dict | None = None,
-        bidirectional: bool = False,
-        placebo: bool = False,
-        dt_rank: int | str = "auto",
-        conv_bias: bool = True,
-        proj_bias: bool = False,
-        rms_norm: bool = True,
-        norm_eps: float = 1e-5,
-        residual_in_fp32: bool = False,
-        ssp_kwargs: dict | None = None,
-    ):
+    def __init__(self, d_model: int, config: MambaBlockConfig | None = None):
         super().__init__()
-        if bidirectional and placebo:
-            raise ValueError("choose at most one of bidirectional and placebo")
-        d_inner = expand * d_model
-        if dt_rank == "auto":
-            dt_rank = math.ceil(d_model / 16)  # mamba_ssm's rule, on the block width (not d_inner)
+        config = MambaBlockConfig() if config is None else config
+        if not isinstance(config, MambaBlockConfig):
+            raise TypeError(f"MambaBlock takes a MambaBlockConfig, got {type(config).__name__}")
+        d_inner = config.expand * d_model
         self.d_model, self.d_inner = d_model, d_inner
-        self.bidirectional, self.placebo, self.residual_in_fp32 = bidirectional, placebo, residual_in_fp32
-        self.norm = make_norm(d_model, rms_norm, norm_eps)
-        self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=proj_bias)
+        self.bidirectional, self.placebo = config.bidirectional, config.placebo
+        self.residual_in_fp32 = config.residual_in_fp32
+        # mamba_ssm's dt_rank rule, on the block width (not d_inner); only S6 has a Δ projection
+        ssp_kwargs = {}
+        if config.ssp.layer == "s6":
+            ssp_kwargs["dt_rank"] = math.ceil(d_model / 16) if config.dt_rank == "auto" else config.dt_rank
+        self.norm = make_norm(d_model, config.rms_norm, config.norm_eps)
+        self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=config.proj_bias)
         self.branches = nn.ModuleList(
-            ConvSSPBranch(d_inner, ssp, d_state, d_conv, conv_bias, dt_rank if ssp == "s6" else None, rope, ssp_kwargs)
-            for _ in range(2 if (bidirectional or placebo) else 1)
+            ConvSSPBranch(d_inner, config.ssp, config.d_conv, config.conv_bias, **ssp_kwargs)
+            for _ in range(2 if (config.bidirectional or config.placebo) else 1)
         )
-        self.dropout = FeatureDropout(dropout)
-        self.out_proj = nn.Linear(d_inner, d_model, bias=proj_bias)
+        self.dropout = FeatureDropout(config.dropout)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=config.proj_bias)
 
     @property
     def causal(self) -> bool:

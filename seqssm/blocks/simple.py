@@ -6,33 +6,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, WrapperBlock, make_norm, make_ssp
-from seqssm.blocks.ssp import RotarySSP
+from seqssm.blocks.config import SimpleBlockConfig
 
 
 class SimpleBlock(WrapperBlock):
     """Post-norm residual block: x (B, L, d_model) -> norm(x + GLU(dropout(GELU(SSP(x))))), same shape.
 
-    The GLU is a linear map to 2 d_model halves (a, g) -> a * sigmoid(g). LayerNorm unless rms_norm.
-    State: the SSP's state (with `rope`: (SSP state, positions)).
+    The GLU is a linear map to 2 d_model halves (a, g) -> a * sigmoid(g). LayerNorm unless config.rms_norm.
+    State: the SSP's state (with RoPE: (SSP state, positions)).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        ssp: str = "s4d",
-        d_state: int = 64,
-        dropout: float = 0.0,
-        rope: dict | None = None,
-        rms_norm: bool = False,
-        norm_eps: float = 1e-5,
-        ssp_kwargs: dict | None = None,
-    ):
+    def __init__(self, d_model: int, config: SimpleBlockConfig | None = None):
         super().__init__()
-        layer = make_ssp(ssp, d_model, d_state, **(ssp_kwargs or {}))
-        self.ssp = layer if rope is None else RotarySSP(layer, **rope)
-        self.dropout = FeatureDropout(dropout)
+        config = SimpleBlockConfig() if config is None else config
+        if not isinstance(config, SimpleBlockConfig):
+            raise TypeError(f"SimpleBlock takes a SimpleBlockConfig, got {type(config).__name__}")
+        self.ssp = make_ssp(config.ssp, d_model)
+        self.dropout = FeatureDropout(config.dropout)
         self.glu = nn.Linear(d_model, 2 * d_model)
-        self.norm = make_norm(d_model, rms_norm, norm_eps)
+        self.norm = make_norm(d_model, config.rms_norm, config.norm_eps)
 
     @property
     def inner(self) -> nn.Module:

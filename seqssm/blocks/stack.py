@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from seqssm.blocks.common import make_norm
+from seqssm.blocks.config import BlockConfig, block_config
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.simple import SimpleBlock
 from seqssm.layers.base import SequenceLayer, mask_outputs, non_causal_error
@@ -61,24 +64,13 @@ class BlockStack(SequenceLayer):
         return tuple(layer.initial_state(batch_size, device=device, dtype=dtype) for layer in self.layers)
 
 
-def make_stack(
-    block: str,
-    d_model: int,
-    n_layers: int,
-    *,
-    rms_norm: bool | None = None,
-    norm_eps: float = 1e-5,
-    **block_kwargs,
-) -> BlockStack:
-    """n_layers blocks of kind "mamba" or "simple" plus the final norm.
+def make_stack(block: str | BlockConfig, d_model: int, n_layers: int, **changes: Any) -> BlockStack:
+    """n_layers blocks of width d_model plus the final norm (Mamba stacks; a Simple block ends in its own norm).
 
-    rms_norm None: RMSNorm for Mamba stacks, LayerNorm for Simple ones. Simple blocks end in their
-    own (post) norm, so the final norm of a Simple stack is the identity.
+    block: a block config, or a kind ("mamba", "simple") for its defaults; changes: fields or flat names
+    that `seqssm.blocks.block_config` takes, e.g. make_stack("mamba", 64, 2, ssp="s4d", d_state=16, dropout=0.1).
     """
-    if block not in BLOCKS:
-        raise ValueError(f"unknown block {block!r}; choose one of {tuple(BLOCKS)}")
-    if rms_norm is None:
-        rms_norm = block == "mamba"
-    layers = [BLOCKS[block](d_model, rms_norm=rms_norm, norm_eps=norm_eps, **block_kwargs) for _ in range(n_layers)]
-    norm_f = make_norm(d_model, rms_norm, norm_eps) if block == "mamba" else nn.Identity()
+    config = block_config(block, **changes)
+    layers = [BLOCKS[config.kind](d_model, config) for _ in range(n_layers)]
+    norm_f = make_norm(d_model, config.rms_norm, config.norm_eps) if config.final_norm else nn.Identity()
     return BlockStack(layers, norm_f)

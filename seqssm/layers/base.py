@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
-from seqssm.optim import tag_param
+from seqssm.optim import SSM_LR_SCALE, tag_param, tag_ssm
 
 State = Any  # a tensor or a nested tuple / list of tensors
 
@@ -70,9 +70,9 @@ def promoted_call(module: nn.Module, x: torch.Tensor, *args, **kwargs):
     return torch.func.functional_call(module, tensors, (x, *args), kwargs)
 
 
-def ssm_param(value: torch.Tensor, lr_scale: float = 0.1) -> nn.Parameter:
+def ssm_param(value: torch.Tensor, lr_scale: float = SSM_LR_SCALE) -> nn.Parameter:
     """An SSM parameter (A, B, C, Δ), tagged for `lr_scale` x the learning rate and no weight decay."""
-    return tag_param(nn.Parameter(value.contiguous()), lr_scale=lr_scale, weight_decay=0.0)
+    return tag_ssm(nn.Parameter(value.contiguous()), lr_scale)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import ChannelsFirstLayer, check_steps, compute_dtype, promoted_call, step_system
+from seqssm.layers.base import ChannelsFirstLayer, check_steps, compute_dtype, promoted_call, ssm_param, step_system
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
 
@@ -53,7 +53,7 @@ class S6(ChannelsFirstLayer):
         with torch.no_grad():
             self.dt_proj.bias.copy_(inverse_softplus(dt.clamp(min=dt_init_floor)))
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_model, 1)
-        self.A_log = tag_param(nn.Parameter(torch.log(A)), lr_scale=0.1, weight_decay=0.0)
+        self.A_log = ssm_param(torch.log(A))
         self.D = tag_param(nn.Parameter(torch.ones(d_model)), lr_scale=1.0, weight_decay=0.0)
 
     @property

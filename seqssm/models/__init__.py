@@ -1,5 +1,6 @@
-"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head) and the named thesis models."""
+"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, the thesis models."""
 
+from seqssm.models.config import SequenceModelConfig
 from seqssm.models.registry import BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, VARIANTS, build, model_config, parse_name
 from seqssm.models.sequence_model import SequenceModel, sample_next
 
@@ -9,6 +10,7 @@ __all__ = [
     "THESIS_TABLE6",
     "VARIANTS",
     "SequenceModel",
+    "SequenceModelConfig",
     "build",
     "model_config",
     "parse_name",

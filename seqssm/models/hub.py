@@ -1,5 +1,8 @@
 """seqssm model folders: `config.json` (format marker, version, model config) + `model.safetensors`.
 
+config.json holds `SequenceModelConfig.to_dict()` under "model" (format_version 2); folders of format_version 1
+hold the flat config of earlier versions there, which loads too.
+
 `save_pretrained(model, dir)` writes one; it refuses a non-empty `dir` unless `overwrite=True`, and then
 replaces the folder's content whole: everything is written into a staging folder beside it, which takes
 its place only once complete (a failure leaves `dir` as it was, and no old file stays beside the new).
@@ -29,7 +32,8 @@ import torch
 from torch import nn
 
 FORMAT = "seqssm"
-FORMAT_VERSION = 1
+# 1: the model config as one flat dict; 2: nested (block, SSP), `SequenceModelConfig.to_dict`. Both are read.
+FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -100,8 +104,8 @@ def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT,
 
 def check_writable(model: nn.Module, format: str) -> None:
     """Raise unless `model` can be saved in `format` (before anything is written)."""
-    if not isinstance(getattr(model, "config", None), dict):
-        raise TypeError(f"{type(model).__name__} has no `config` dict; only seqssm SequenceModels can be saved")
+    if not callable(getattr(getattr(model, "config", None), "to_dict", None)):
+        raise TypeError(f"{type(model).__name__} has no typed `config`; only seqssm SequenceModels can be saved")
     if format not in (FORMAT, "hf"):
         raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
     if format == "hf":
@@ -123,7 +127,8 @@ def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT)
         save_hf(model, folder)
         return
     folder = Path(folder)
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__, "model": model.config}
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__,
+            "model": model.config.to_dict()}
     if model.provenance:
         meta["provenance"] = model.provenance
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -133,7 +138,8 @@ def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT)
 
 
 def read_config(folder: str | Path) -> dict:
-    """The model config stored in a seqssm folder, after checking the format marker and version."""
+    """The model config dict stored in a seqssm folder (flat in format_version 1, nested from 2; the model's
+    `from_config` reads both), after checking the format marker and version."""
     folder = Path(folder)
     path = folder / CONFIG_FILE
     if not path.is_file():
@@ -170,7 +176,7 @@ def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch
 
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
         return load_model(folder, model_cls, dtype)
-    model = model_cls(**read_config(folder))
+    model = model_cls.from_config(read_config(folder))
     if dtype is not None:
         model.to(dtype)  # before loading, so float64 weights keep their precision
     model.load_state_dict(load_state_dict(folder, model_cls))

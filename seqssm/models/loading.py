@@ -2,8 +2,8 @@
 
 `model_from_path` rebuilds the network with its weights; `read_weights` gives only the state dict (for
 `init_from`, where the task builds its own network). Task checkpoints (the `.ckpt` files of `seqssm fit`)
-store the network's config under `CHECKPOINT_MODEL_CONFIG`, so the model is rebuilt without the task or
-Lightning; checkpoints written before that entry existed are rebuilt from the task's hyper-parameters
+store the network's config under `CHECKPOINT_MODEL_CONFIG` (`SequenceModelConfig.to_dict()`, the flat dict
+in earlier versions), so the model is rebuilt without the task or Lightning; checkpoints written before that entry existed are rebuilt from the task's hyper-parameters
 (registry name, `model_overrides` and the dimensions linked from the data), as the task built it.
 
 Nothing here unpickles code: checkpoints are read with `torch.load(weights_only=True)`, folders and
@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from seqssm.models.hub import check_target, load_state_dict, read_provenance, save_pretrained
+from seqssm.models.config import SequenceModelConfig
 from seqssm.models.registry import model_config
 from seqssm.models.sequence_model import SequenceModel
 
@@ -53,8 +54,8 @@ def checkpoint_state_dict(ckpt: dict, path: str | Path, what: str = "checkpoint"
     return state
 
 
-def legacy_model_config(ckpt: dict, path: str | Path) -> dict:
-    """The SequenceModel arguments of a task checkpoint that stores no model config, from its hyper-parameters."""
+def legacy_model_config(ckpt: dict, path: str | Path) -> SequenceModelConfig:
+    """The model config of a task checkpoint that stores none, from its hyper-parameters."""
     hparams = ckpt.get("hyper_parameters") or {}
     task = (hparams.get("_class_path") or ckpt.get(CHECKPOINT_TASK) or "").rsplit(".", 1)[-1]
     if task not in LEGACY_TASK_OUTPUTS or "model" not in hparams:

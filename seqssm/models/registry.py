@@ -6,13 +6,16 @@ mamba-s6 (BASE_NAMES); any other registered layer builds the same way. Variant s
 one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
 without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
 fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
-Defaults follow thesis tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64.
+Defaults follow thesis tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64
+(the block configs' own defaults give N; see `seqssm.blocks.config`).
 """
 
 from __future__ import annotations
 
+from seqssm.blocks.config import block_config
 from seqssm.blocks.stack import BLOCKS
 from seqssm.layers.registry import LAYERS
+from seqssm.models.config import SequenceModelConfig
 from seqssm.models.sequence_model import SequenceModel
 
 BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # the thesis' models
@@ -55,11 +58,12 @@ def parse_name(name: str) -> tuple[str, str, tuple[str, ...]]:
     return block, ssp, variants
 
 
-def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> dict:
-    """The SequenceModel constructor arguments that `build(name, ...)` uses."""
+def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModelConfig:
+    """The SequenceModelConfig that `build(name, ...)` uses; overrides as `SequenceModelConfig.replace` takes them."""
     block, ssp, variants = parse_name(name)
     width = BASE_WIDTH[block]
     shape = next((v for v in variants if v in ("bi", "placebo", "sm")), None)
+    variant = {}
     if shape is not None:
         if block != "mamba":
             raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (thesis 15.2)")
@@ -67,16 +71,17 @@ def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **
         if key not in VARIANT_WIDTH and "d_model" not in overrides:
             raise ValueError(f"{name!r}: the thesis gives no {shape} width for Mamba-{ssp}; pass d_model=...")
         width = VARIANT_WIDTH.get(key, width)
-    config = dict(
-        d_model=width, n_layers=6, block=block, ssp=ssp, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes,
-        pooling="mean" if n_classes is not None else None, d_state=16 if block == "mamba" else 64, dropout=0.1,
-        bidirectional=shape == "bi", placebo=shape == "placebo", rope={} if "rope" in variants else None,
+        variant = {"bidirectional": shape == "bi", "placebo": shape == "placebo"}
+    config = SequenceModelConfig(
+        d_model=width, n_layers=6, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes,
+        pooling="mean" if n_classes is not None else None,
+        block=block_config(block, ssp=ssp, dropout=0.1, rope={} if "rope" in variants else None, **variant),
     )
-    config.update(overrides)
-    return config
+    return config.replace(**overrides)
 
 
 def build(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModel:
     """The named thesis model for a task: token ids (vocab_size) or numbers (d_input); n_classes for a classifier
-    (mean pooling unless pooling= says otherwise), none for a language model. overrides: any SequenceModel argument."""
-    return SequenceModel(**model_config(name, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes, **overrides))
+    (mean pooling unless pooling= says otherwise), none for a language model. overrides: any field of
+    SequenceModelConfig, or of its block and SSP by name (d_state=8, dropout=0.0, ...; see `model_config`)."""
+    return SequenceModel(model_config(name, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes, **overrides))

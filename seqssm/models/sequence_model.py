@@ -10,12 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.stack import make_stack
-from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.layers import frozen_weights
 from seqssm.layers.base import check_lengths, check_steps, mask_outputs
+from seqssm.models.config import SequenceModelConfig
+from seqssm.models.hub import load_pretrained, save_pretrained
 from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
-
-POOLINGS = ("mean", "last", "cls", None)
 
 
 def check_temperature(temperature, name: str = "temperature") -> float:
@@ -69,109 +68,61 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 
 
 class SequenceModel(nn.Module):
-    """Deep SSM over token ids (B, L) long (vocab_size) or numbers (B, L, d_input) float.
+    """Deep SSM over token ids (B, L) long (vocab_size) or numbers (B, L, d_input) float: `SequenceModel(config)`.
 
     With `pooling` ("mean" over valid tokens, "last" valid token, "cls": a learned token inserted
     right after each sequence's last valid token, whose output is taken) and `n_classes`: a
     classifier, forward -> (B, n_classes). With pooling None: per-token outputs (B, L, n_classes),
     or with no n_classes a language model, (B, L, vocab_size), with `generate`.
 
-    block "mamba" (pre-RMSNorm, residual, final norm) or "simple" (post-LayerNorm); ssp "s6", "s4d", "s4"
-    or any other layer of `seqssm.layers.LAYERS`.
-    Every constructor argument is in `config`, which `from_config` turns back into the model.
+    `config` (a `SequenceModelConfig`) says everything: widths, the block ("mamba": pre-RMSNorm, residual,
+    final norm; "simple": post-LayerNorm) and its SSP (any layer of `seqssm.layers.LAYERS`). `model.config` is
+    that object; `from_config` also takes its dict forms (config.json, checkpoints).
     `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
-    directly to feed your own encodings. Arguments that only a Mamba stack uses (expand, d_conv,
-    conv_bias, proj_bias, dt_rank, bidirectional, placebo, residual_in_fp32) are ignored for "simple".
-    residual_in_fp32 keeps each Mamba block's residual sum in float32 when the model runs in lower precision.
+    directly to feed your own encodings.
     `provenance` (None, or the `seqssm.models.hub.provenance_record` of the surgery / init_from that made the
     weights) travels with saved folders and task checkpoints. Task checkpoints and any folder load with `seqssm.models.loading.model_from_path`.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_layers: int = 6,
-        block: str = "mamba",
-        ssp: str = "s6",
-        vocab_size: int | None = None,
-        d_input: int | None = None,
-        n_classes: int | None = None,
-        pooling: str | None = "mean",
-        d_state: int | None = None,
-        expand: int = 2,
-        d_conv: int = 4,
-        conv_bias: bool = True,
-        proj_bias: bool = False,
-        dt_rank: int | str = "auto",
-        dropout: float = 0.1,
-        rope: dict | None = None,
-        bidirectional: bool = False,
-        placebo: bool = False,
-        rms_norm: bool | None = None,
-        norm_eps: float = 1e-5,
-        residual_in_fp32: bool = False,
-        tie_embeddings: bool = False,
-        pad_vocab_size_multiple: int = 1,
-        ssp_kwargs: dict | None = None,
-    ):
+    def __init__(self, config: SequenceModelConfig):
         super().__init__()
-        if (vocab_size is None) == (d_input is None):
+        if not isinstance(config, SequenceModelConfig):
+            raise TypeError(f"SequenceModel takes a SequenceModelConfig, got {type(config).__name__}; "
+                            "SequenceModel.from_config reads dicts, seqssm.models.build named models")
+        c = config
+        if (c.vocab_size is None) == (c.d_input is None):
             raise ValueError("give exactly one of vocab_size (token ids) and d_input (numeric inputs)")
-        if pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {pooling!r}; choose one of {POOLINGS}")
-        if pooling is not None and n_classes is None:
-            raise ValueError(f"pooling={pooling!r} makes a sequence classifier and needs n_classes")
-        is_lm = pooling is None and n_classes is None
-        if is_lm and vocab_size is None:
+        if c.pooling is not None and c.n_classes is None:
+            raise ValueError(f"pooling={c.pooling!r} makes a sequence classifier and needs n_classes")
+        if c.is_lm and c.vocab_size is None:
             raise ValueError("a language-model head needs vocab_size (or give n_classes for per-token outputs)")
-        if tie_embeddings and not is_lm:
+        if c.tie_embeddings and not c.is_lm:
             raise ValueError("tie_embeddings ties the language-model head to the token embedding; this model has neither")
-        if block == "simple" and (bidirectional or placebo):
-            raise ValueError("bidirectional and placebo are Mamba-block variants (thesis 15.2.1)")
-        if d_state is None:
-            d_state = 16 if block == "mamba" else 64
-        if rms_norm is None:
-            rms_norm = block == "mamba"
-        if rope is not None:
-            rope = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rope.items()}
-        self.config = dict(
-            d_model=d_model, n_layers=n_layers, block=block, ssp=ssp, vocab_size=vocab_size, d_input=d_input,
-            n_classes=n_classes, pooling=pooling, d_state=d_state, expand=expand, d_conv=d_conv, conv_bias=conv_bias,
-            proj_bias=proj_bias, dt_rank=dt_rank, dropout=dropout, rope=rope, bidirectional=bidirectional,
-            placebo=placebo, rms_norm=rms_norm, norm_eps=norm_eps, residual_in_fp32=residual_in_fp32,
-            tie_embeddings=tie_embeddings, pad_vocab_size_multiple=pad_vocab_size_multiple, ssp_kwargs=ssp_kwargs,
-        )
-        self.vocab_size, self.n_classes, self.pooling, self.is_lm = vocab_size, n_classes, pooling, is_lm
+        self.config = config
+        self.vocab_size, self.n_classes, self.pooling, self.is_lm = c.vocab_size, c.n_classes, c.pooling, c.is_lm
         self.provenance: dict | None = None
 
-        if vocab_size is not None:
-            padded = math.ceil(vocab_size / pad_vocab_size_multiple) * pad_vocab_size_multiple
-            self.embedding = nn.Embedding(padded, d_model)
+        if c.vocab_size is not None:
+            padded = math.ceil(c.vocab_size / c.pad_vocab_size_multiple) * c.pad_vocab_size_multiple
+            self.embedding = nn.Embedding(padded, c.d_model)
             # GPT / mamba_ssm scale: with a tied head, unit-variance rows would start the logits at std ~ sqrt(d).
             nn.init.normal_(self.embedding.weight, std=0.02)
         else:
-            self.embedding = nn.Linear(d_input, d_model)
-        self.cls_token = nn.Parameter(torch.randn(d_model) * 0.02) if pooling == "cls" else None
-
-        block_kwargs = dict(ssp=ssp, d_state=d_state, dropout=dropout, rope=rope, ssp_kwargs=ssp_kwargs)
-        if block == "mamba":
-            block_kwargs.update(
-                expand=expand, d_conv=d_conv, conv_bias=conv_bias, proj_bias=proj_bias, dt_rank=dt_rank,
-                bidirectional=bidirectional, placebo=placebo, residual_in_fp32=residual_in_fp32,
-            )
-        self.backbone = make_stack(block, d_model, n_layers, rms_norm=rms_norm, norm_eps=norm_eps, **block_kwargs)
-
-        if is_lm:
-            self.head = nn.Linear(d_model, self.embedding.num_embeddings, bias=False)
-            if tie_embeddings:
+            self.embedding = nn.Linear(c.d_input, c.d_model)
+        self.cls_token = nn.Parameter(torch.randn(c.d_model) * 0.02) if c.pooling == "cls" else None
+        self.backbone = make_stack(c.block, c.d_model, c.n_layers)
+        if c.is_lm:
+            self.head = nn.Linear(c.d_model, self.embedding.num_embeddings, bias=False)
+            if c.tie_embeddings:
                 self.head.weight = self.embedding.weight
         else:
-            self.head = nn.Linear(d_model, n_classes)
+            self.head = nn.Linear(c.d_model, c.n_classes)
 
     @classmethod
-    def from_config(cls, config: dict) -> "SequenceModel":
-        """The model (freshly initialised) that `config` describes."""
-        return cls(**config)
+    def from_config(cls, config: SequenceModelConfig | dict) -> "SequenceModel":
+        """The model (freshly initialised) that `config` describes: a SequenceModelConfig, or a dict of one
+        (`SequenceModelConfig.from_dict`: nested, or the flat form of earlier versions)."""
+        return cls(config if isinstance(config, SequenceModelConfig) else SequenceModelConfig.from_dict(config))
 
     @classmethod
     def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "SequenceModel":

@@ -23,14 +23,24 @@ from pathlib import Path
 
 import torch
 
+from seqssm.blocks.config import MambaBlockConfig
+from seqssm.models.config import SequenceModelConfig
 from seqssm.models.hub import provenance_record
 from seqssm.models.loading import model_from_path
 from seqssm.models.sequence_model import SequenceModel
 
-# Config entries that shape a block's conv1d + SSP branch and the stack: a reverse branch can only be
-# taken from a model that agrees with the forward model on all of them.
-BRANCH_SHAPE_KEYS = ("block", "n_layers", "d_model", "ssp", "d_state", "expand", "d_conv", "conv_bias", "dt_rank",
-                     "rope", "ssp_kwargs")
+# Mamba block settings that shape its conv1d + SSP branch (with the SSP's, and the stack's depth and width): a
+# reverse branch can only be taken from a model that agrees with the forward model on all of them.
+BRANCH_SHAPE_FIELDS = ("expand", "d_conv", "conv_bias", "dt_rank")
+SSP_SHAPE_FIELDS = ("layer", "d_state", "rope", "layer_kwargs")
+
+
+def branch_shape(config: SequenceModelConfig) -> dict:
+    """The settings that shape each block's conv1d + SSP branch, by name."""
+    block, ssp = config.block, config.block.ssp
+    return {"block": block.kind, "n_layers": config.n_layers, "d_model": config.d_model,
+            **{k: getattr(block, k) for k in BRANCH_SHAPE_FIELDS},
+            **{f"ssp.{k}": getattr(ssp, k) for k in SSP_SHAPE_FIELDS}}
 _FIRST_BRANCH = re.compile(r"^(backbone\.layers\.\d+\.branches\.)0\.")
 
 
@@ -48,21 +58,21 @@ def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel,
 
 
 def _check_causal_mamba(model: SequenceModel, role: str) -> None:
-    config = model.config
-    if config["block"] != "mamba":
-        raise SurgeryError(f"{role} model has {config['block']!r} blocks; the surgery needs Mamba blocks "
+    block = model.config.block
+    if not isinstance(block, MambaBlockConfig):
+        raise SurgeryError(f"{role} model has {block.kind!r} blocks; the surgery needs Mamba blocks "
                            "(only the Mamba block has the conv1d + SSP branch it copies, thesis 15.2.1)")
-    if config["bidirectional"]:
+    if block.bidirectional:
         raise SurgeryError(f"{role} model is already bidirectional (config bidirectional=True); the surgery "
                            "starts from a causal model")
-    if config["placebo"]:
+    if block.placebo:
         raise SurgeryError(f"{role} model is a placebo model (two causal branches); the surgery starts from a "
                            "single-branch causal model")
 
 
 def _assemble(forward: SequenceModel, reverse: SequenceModel) -> SequenceModel:
     """Bidirectional model: everything from `forward`, each block's reverse branch from `reverse`'s branch."""
-    target = SequenceModel.from_config({**forward.config, "bidirectional": True})
+    target = SequenceModel(forward.config.replace(bidirectional=True))
     state = dict(forward.state_dict())
     for key, value in reverse.state_dict().items():
         match = _FIRST_BRANCH.match(key)
@@ -89,8 +99,8 @@ def fuse_f1r1(forward_model: SequenceModel | str | Path, reverse_model: Sequence
     reverse, reverse_path = _load(reverse_model, "reverse")
     _check_causal_mamba(forward, "forward")
     _check_causal_mamba(reverse, "reverse")
-    differ = [f"{k}: forward {forward.config[k]!r} vs reverse {reverse.config[k]!r}"
-              for k in BRANCH_SHAPE_KEYS if forward.config[k] != reverse.config[k]]
+    ours, theirs = branch_shape(forward.config), branch_shape(reverse.config)
+    differ = [f"{k}: forward {ours[k]!r} vs reverse {theirs[k]!r}" for k in ours if ours[k] != theirs[k]]
     if differ:
         raise SurgeryError("forward and reverse models differ in widths/shape, so the reverse model's branches "
                            "do not fit the forward model's blocks: " + "; ".join(differ))

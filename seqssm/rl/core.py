@@ -107,7 +107,7 @@ def load_core(path: str | Path) -> tuple[BlockStack, dict]:
     if not isinstance(model, SequenceModel) or not model.causal:
         raise ValueError(f"core_init_from: {path} holds a bidirectional model; an agent's memory must be causal "
                          "(its output at t may not depend on observations after t)")
-    return model.backbone, dict(model.config)
+    return model.backbone, model.config.to_dict()
 
 
 def core_from_model_config(config: dict) -> BlockStack:
@@ -118,7 +118,7 @@ def core_from_model_config(config: dict) -> BlockStack:
 def core_width(core: nn.Module) -> int:
     """d_model of a core: its own `d_model`, or that of its first block."""
     if isinstance(core, SequenceModel):
-        return core.config["d_model"]
+        return core.config.d_model
     width = getattr(core, "d_model", None)
     if width is None and isinstance(core, BlockStack):
         first = core.layers[0]

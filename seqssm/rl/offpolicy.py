@@ -31,6 +31,7 @@ from gymnasium import spaces
 from torch import nn
 
 from seqssm.blocks.common import make_norm
+from seqssm.blocks.config import block_config
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.stack import BlockStack
 from seqssm.layers import CausalTransformer, SequenceLayer
@@ -83,7 +84,8 @@ def build_history_encoder(config: HistoryEncoderConfig) -> SequenceLayer | None:
         return CausalTransformer(d, config.n_layers, config.n_heads, config.d_ff, config.context)
     if kind == "mamba":
         per_channel = max(1, config.d_state // (config.expand * d))
-        layers = [MambaBlock(d, "s6", d_state=per_channel, expand=config.expand, **kwargs) for _ in range(config.n_layers)]
+        block = block_config("mamba", ssp="s6", d_state=per_channel, expand=config.expand, **kwargs)
+        layers = [MambaBlock(d, block) for _ in range(config.n_layers)]
     else:
         layers = [build_layer(kind, d, config.d_state, **kwargs) for _ in range(config.n_layers)]
     return BlockStack(layers, make_norm(d, rms=True) if config.rms_norm else nn.Identity())

@@ -1,5 +1,5 @@
-"""Studies that chain training stages: `seqssm study species` (thesis 16) and the callbacks its recipes use."""
+"""Studies that chain training stages: `seqssm study species` (thesis 16) and the training clock it reads."""
 
-from .callbacks import LengthScaledLR, TrainClock, scaled_lr
+from .callbacks import TrainClock
 
-__all__ = ["LengthScaledLR", "TrainClock", "scaled_lr"]
+__all__ = ["TrainClock"]

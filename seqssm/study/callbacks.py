@@ -1,4 +1,4 @@
-"""Callbacks the species recipes and the study use: length-scaled learning rate, training clock."""
+"""Callbacks of the studies: a training clock."""
 
 from __future__ import annotations
 
@@ -7,30 +7,6 @@ import time
 from typing import Any
 
 import lightning as L
-
-
-def scaled_lr(base_lr: float, reference_length: int, length: int) -> float:
-    """The thesis's length rule (16.3): `base_lr * reference_length / length`."""
-    if length <= 0 or reference_length <= 0:
-        raise ValueError(f"lengths must be positive, got reference_length={reference_length}, length={length}")
-    return base_lr * reference_length / length
-
-
-class LengthScaledLR(L.Callback):
-    """Sets the task's peak lr to `base_lr * reference_length / L`, L = the DataModule's `max_length`.
-
-    Runs in `setup`, before Lightning builds the optimizer, so a recipe states the rule once
-    instead of a number per length; the value used is saved in the checkpoint's hyperparameters.
-    """
-
-    def __init__(self, base_lr: float, reference_length: int):
-        self.base_lr, self.reference_length = base_lr, reference_length
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        length = getattr(trainer.datamodule, "max_length", None)
-        if length is None:
-            raise ValueError("LengthScaledLR needs a DataModule with `max_length` (the training sequence length)")
-        pl_module.hparams.lr = scaled_lr(self.base_lr, self.reference_length, length)
 
 
 class TrainClock(L.Callback):

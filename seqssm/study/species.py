@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import yaml
 
+from seqssm.tasks.recipes import merge, read_recipe
+
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "species"
 RESULT = "result.json"
 
@@ -82,11 +84,6 @@ ARMS = {
 FINETUNE_RECIPE = "finetune.yaml"
 
 
-def _lr_rule(base_lr: float, reference_length: int) -> list[dict]:
-    return [{"class_path": "seqssm.study.LengthScaledLR",
-             "init_args": {"base_lr": base_lr, "reference_length": reference_length}}]
-
-
 @dataclass(frozen=True)
 class Preset:
     """Study-wide settings on top of the recipes: lengths, widths, recipe overrides, synthetic data."""
@@ -113,22 +110,16 @@ PRESETS = {
                 "model": {"init_args": {"model_overrides": {"n_layers": 2}}},
                 "data": {"init_args": {"batch_size": 16, "val_size": 256, "num_workers": 0}},
             },
-            "pretrain": {"trainer": {"max_steps": 120, "max_epochs": 1, "callbacks": _lr_rule(8e-3, 64)}},
-            "finetune": {"trainer": {"max_steps": 60, "max_epochs": 2, "callbacks": _lr_rule(4e-3, 64)},
+            "pretrain": {"trainer": {"max_steps": 120, "max_epochs": 1},
+                         "model": {"init_args": {"lr": 8e-3, "lr_reference_length": 64}}},
+            "finetune": {"trainer": {"max_steps": 60, "max_epochs": 2},
+                         "model": {"init_args": {"lr": 4e-3, "lr_reference_length": 64}},
                          "data": {"init_args": {"finetune_bases": 2048}}},
         },
         halve_batch_from=None,
         synthetic={"chrom_length": 40_000, "order": 2, "concentration": 3.0, "seed": 0},
     ),
 }
-
-
-def merge(base: dict, override: dict) -> dict:
-    """`base` with `override` merged in, dicts recursively (lists and values replace)."""
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -139,18 +130,19 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
-def matched_bidirectional_width(causal_width: int, **config: Any) -> int:
-    """The largest width whose bidirectional Mamba model has no more parameters than the causal one.
+def matched_bidirectional_width(causal_width: int, **overrides: Any) -> int:
+    """The largest width whose bidirectional Mamba-s6 has no more parameters than the causal one; overrides:
+    the models' other settings (`seqssm.models.model_config`: vocab_size, n_classes, n_layers, ...).
 
     Table 6's rule (d=116 -> 107 on IMDB; 106 with the species task's 12 tokens and 5 classes); the
     thesis preset keeps table 6's 107, presets with other widths use this."""
-    from seqssm.models import SequenceModel
+    from seqssm.models import SequenceModel, model_config
     from seqssm.models.surgery import count_parameters
 
-    base = {"block": "mamba", **config}
-    budget = count_parameters(SequenceModel(d_model=causal_width, **base))
+    causal = model_config("mamba-s6", **{**overrides, "d_model": causal_width})
+    budget = count_parameters(SequenceModel(causal))
     for width in range(causal_width, 0, -1):
-        if count_parameters(SequenceModel(d_model=width, **{**base, "bidirectional": True})) <= budget:
+        if count_parameters(SequenceModel(causal.replace(d_model=width, bidirectional=True))) <= budget:
             return width
     raise StudyError(f"no bidirectional width fits the parameter count of the causal model at d={causal_width}")
 
@@ -195,16 +187,16 @@ class SpeciesStudy:
         path = self.recipes / name
         if not path.is_file():
             raise StudyError(f"recipe {path} not found; pass --recipes DIR (the repository's recipes/species)")
-        return yaml.safe_load(path.read_text())
+        return read_recipe(path)
 
     def _widths(self) -> dict[str, int]:
         from seqssm.models import model_config
 
         widths = dict(self.preset.widths or {})
-        widths.setdefault("causal", model_config("mamba-s6")["d_model"])
+        widths.setdefault("causal", model_config("mamba-s6").d_model)
         if widths.get("bidirectional") is None:
             if self.preset.widths is None:
-                widths["bidirectional"] = model_config("mamba-s6-bi")["d_model"]
+                widths["bidirectional"] = model_config("mamba-s6-bi").d_model
             else:
                 from seqssm.data.species import DEFAULT_SPECIES
                 from seqssm.data.tokenizers import DNATokenizer
@@ -291,7 +283,7 @@ class SpeciesStudy:
             "metrics": {k: float(v) for k, v in cli.trainer.callback_metrics.items()},
             "final": float(cli.trainer.callback_metrics[metric]), "metric": metric,
             "best": None if best is None else float(best),
-            "steps": cli.trainer.global_step, "lr": float(task.hparams.lr),
+            "steps": cli.trainer.global_step, "lr": float(task.peak_lr),
             "fit_s": round(clock.fit_s, 2), "step_s": round(clock.step_s, 2),
             "median_step_s": round(clock.median_step_s, 5),
             "n_params": sum(p.numel() for p in task.model.parameters()),
@@ -327,7 +319,7 @@ class SpeciesStudy:
             return done
         model = getattr(surgery, operation)(*parents)
         folder = save_pretrained(model, run_dir / "model")
-        native = SequenceModel.from_config({**model.config, "bidirectional": True})
+        native = SequenceModel(model.config.replace(bidirectional=True))
         result = {"stage": f"{length}/surgery/{name}", "config": config, "folder": str(folder),
                   "n_params": surgery.count_parameters(model),
                   "native_bidirectional_n_params": surgery.count_parameters(native),

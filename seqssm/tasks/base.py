@@ -24,7 +24,7 @@ from ..models.hub import provenance_record
 from ..models.loading import CHECKPOINT_MODEL_CONFIG, CHECKPOINT_PROVENANCE, CHECKPOINT_TASK, read_weights
 from ..optim import param_groups
 from .pretrained import LoadReport, load_weights
-from .schedule import warmup_cosine
+from .schedule import length_scaled_lr, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +71,21 @@ class SequenceTask(L.LightningModule):
 
     def __init__(self, model: str = "mamba-s6", model_overrides: dict[str, Any] | None = None,
                  vocab_size: int | None = None, d_input: int | None = None, n_classes: int | None = None,
-                 mask_token_id: int | None = None,
-                 lr: float = 1e-3, weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
+                 mask_token_id: int | None = None, max_length: int | None = None,
+                 lr: float = 1e-3, lr_reference_length: int | None = None,
+                 weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
                  warmup_steps: int = 0, min_lr_ratio: float = 0.1,
                  init_from: str | None = None, init_strict: bool = True, reinit_head: bool = False,
                  freeze_backbone: bool = False):
         """Args:
             model: registry name of the network (`seqssm.models.build`), e.g. "mamba-s6".
-            model_overrides: keyword overrides of that model's defaults, e.g. {d_model: 64, n_layers: 2}.
-            vocab_size, d_input, n_classes, mask_token_id: from the DataModule (linked by the CLI).
+            model_overrides: changes to that model's config (`SequenceModelConfig.replace`), e.g. {d_model: 64,
+                n_layers: 2, dropout: 0.0, d_state: 8} or nested {block: {expand: 1, ssp: {lr_scale: 0.2}}}.
+            vocab_size, d_input, n_classes, mask_token_id, max_length: from the DataModule (linked by the CLI);
+                max_length (the training length) is read only by lr_reference_length.
             lr: peak learning rate; tagged SSM parameters train at their tag's fraction of it.
+            lr_reference_length: the thesis's length rule (16.3): the peak lr is lr * lr_reference_length /
+                max_length, so one recipe serves every training length. None: lr as given.
             weight_decay: AdamW weight decay of untagged matrices (tagged SSM parameters get their own).
             betas: AdamW betas.
             warmup_steps: optimizer steps of linear warmup before the cosine decay.
@@ -94,6 +99,13 @@ class SequenceTask(L.LightningModule):
         self.save_hyperparameters()
         name = type(self).__name__
         _check(lr > 0 and math.isfinite(lr), name, "lr", "a positive number", lr)
+        _check(lr_reference_length is None or lr_reference_length > 0, name, "lr_reference_length",
+               "a positive length or null", lr_reference_length)
+        _check(lr_reference_length is None or (max_length or 0) > 0, name, "max_length",
+               "the training length (linked from the DataModule's max_length) when lr_reference_length is set",
+               max_length)
+        # the peak lr this run trains at: hparams keep what the recipe said
+        self.peak_lr = lr if lr_reference_length is None else length_scaled_lr(lr, lr_reference_length, max_length)
         _check(weight_decay >= 0, name, "weight_decay", ">= 0", weight_decay)
         _check(all(0 <= b < 1 for b in betas), name, "betas", "two numbers in [0, 1)", betas)
         _check(warmup_steps >= 0, name, "warmup_steps", ">= 0", warmup_steps)
@@ -177,7 +189,8 @@ class SequenceTask(L.LightningModule):
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self):
         hp = self.hparams
-        optimizer = torch.optim.AdamW(param_groups(self.model, hp.lr, hp.weight_decay), lr=hp.lr, betas=hp.betas)
+        optimizer = torch.optim.AdamW(param_groups(self.model, self.peak_lr, hp.weight_decay), lr=self.peak_lr,
+                                      betas=hp.betas)
         # this run's whole length (max_steps, or max_epochs of batches); a resumed run plans anew
         total = self.schedule_steps = int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -199,7 +212,7 @@ class SequenceTask(L.LightningModule):
         hp = self.hparams
         optimizer = self.trainer.optimizers[0]
         schedule = self.trainer.lr_scheduler_configs[0].scheduler
-        wanted = param_groups(self.model, hp.lr, hp.weight_decay)
+        wanted = param_groups(self.model, self.peak_lr, hp.weight_decay)
         if [[id(p) for p in g["params"]] for g in optimizer.param_groups] != [[id(p) for p in g["params"]]
                                                                             for g in wanted]:
             raise ConfigError(f"{type(self).__name__}: the checkpoint's optimizer groups differ from those these "
@@ -215,8 +228,9 @@ class SequenceTask(L.LightningModule):
         after = [(g["initial_lr"], g["weight_decay"], tuple(g["betas"])) for g in optimizer.param_groups]
         if self._resumed_step is not None and (before != after or self._planned_steps != self.schedule_steps):
             rank_zero_info(
-                f"Resumed at step {step} with this run's optimizer settings: peak lr {hp.lr} (the checkpoint's: "
-                f"{max(b[0] for b in before):g}), weight_decay {hp.weight_decay}, betas {tuple(hp.betas)}, "
+                f"Resumed at step {step} with this run's optimizer settings: peak lr {self.peak_lr} "
+                f"(the checkpoint's: {max(b[0] for b in before):g}), weight_decay {hp.weight_decay}, "
+                f"betas {tuple(hp.betas)}, "
                 f"a schedule over {self.schedule_steps} steps"
                 + (f" (the checkpoint's run planned {self._planned_steps})." if self._planned_steps else "."))
 
@@ -304,7 +318,7 @@ class SequenceTask(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_TASK] = type(self).__name__
         # the network's own config, so `seqssm.models.loading` rebuilds it without this task or Lightning
-        checkpoint[CHECKPOINT_MODEL_CONFIG] = dict(self.model.config)
+        checkpoint[CHECKPOINT_MODEL_CONFIG] = self.model.config.to_dict()
         checkpoint["seqssm_rng_state"] = torch.get_rng_state()
         checkpoint["seqssm_schedule_steps"] = self.schedule_steps
         # the lineage of init_from (and its surgery), beside hyper_parameters["init_from"]; survives resumes

@@ -18,11 +18,20 @@ from ..data import SeqDataModule
 from .base import ConfigError, SequenceTask
 from .checkpoint import TaskCheckpoint
 from .logs import CSVLogger
+from .recipes import RECIPE_PARSER_MODE, register_recipe_loader
 from .resume import ResumableTrainData
 
-LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id")
+LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id", "max_length")
+
+
 class SeqssmCLI(LightningCLI):
-    """LightningCLI with data-to-model dimension links, task-aware checkpoints and safe checkpoint loading."""
+    """LightningCLI with data-to-model dimension links, task-aware checkpoints, safe checkpoint loading and
+    recipes that name their base (`seqssm.tasks.recipes`)."""
+
+    def init_parser(self, **kwargs: Any):
+        register_recipe_loader()
+        kwargs.setdefault("parser_mode", RECIPE_PARSER_MODE)
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         for attr in LINKED_FROM_DATA:

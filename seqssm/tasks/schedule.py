@@ -1,4 +1,4 @@
-"""Learning-rate schedule of the thesis (12.2.4): optional linear warmup, then cosine decay to a floor."""
+"""Learning-rate rules of the thesis: warmup then cosine decay to a floor (12.2.4); peak lr scaled by length (16.3)."""
 
 from __future__ import annotations
 
@@ -16,3 +16,10 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int = 0, min_ratio:
     decay_steps = max(1, total_steps - warmup_steps)
     progress = min(1.0, (step - warmup_steps) / decay_steps)
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def length_scaled_lr(lr: float, reference_length: int, length: int) -> float:
+    """The thesis's length rule (16.3): peak lr `lr * reference_length / length` for training length `length`."""
+    if length <= 0 or reference_length <= 0:
+        raise ValueError(f"lengths must be positive, got reference_length={reference_length}, length={length}")
+    return lr * reference_length / length

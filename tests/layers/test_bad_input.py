@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from seqssm.blocks import MambaBlock, SimpleBlock, make_stack
+from seqssm.blocks.config import block_config
 from seqssm.layers import LAYERS, S6, build_layer
 from seqssm.layers.base import map_state
 from seqssm.ops import selective_scan_reference
@@ -20,16 +21,16 @@ D = 4
 SMALL = {"s4": 4, "s4d": 4, "s6": 3, "s5": 4, "lssl": 3, "lsslf": 3, "mingru": 5, "gru": 5, "kalman": 3,
          "kalman_u": 3, "vssm": 3, "transformer": 4}
 BLOCKS = {
-    "simple-s4d": lambda: SimpleBlock(D, "s4d", d_state=4),
-    "mamba-s6": lambda: MambaBlock(D, "s6", d_state=3),
-    "mamba-s5-placebo": lambda: MambaBlock(D, "s5", d_state=4, placebo=True),
-    "simple-s4d-rope": lambda: SimpleBlock(D, "s4d", d_state=4, rope={}),
-    "mamba-s6-rope-BC": lambda: MambaBlock(D, "s6", d_state=3, rope={"targets": ["B", "C"]}),
+    "simple-s4d": lambda: SimpleBlock(D, block_config("simple", ssp="s4d", d_state=4)),
+    "mamba-s6": lambda: MambaBlock(D, block_config("mamba", ssp="s6", d_state=3)),
+    "mamba-s5-placebo": lambda: MambaBlock(D, block_config("mamba", ssp="s5", d_state=4, placebo=True)),
+    "simple-s4d-rope": lambda: SimpleBlock(D, block_config("simple", ssp="s4d", d_state=4, rope={})),
+    "mamba-s6-rope-BC": lambda: MambaBlock(D, block_config("mamba", ssp="s6", d_state=3, rope={"targets": ["B", "C"]})),
     "stack-mamba": lambda: make_stack("mamba", D, 2, d_state=3),
     "stack-simple-s5": lambda: make_stack("simple", D, 2, ssp="s5", d_state=4),
 }
 BIDIRECTIONAL = {
-    "mamba-s6-bi": lambda: MambaBlock(D, "s6", d_state=3, bidirectional=True),
+    "mamba-s6-bi": lambda: MambaBlock(D, block_config("mamba", ssp="s6", d_state=3, bidirectional=True)),
     "stack-mamba-bi": lambda: make_stack("mamba", D, 2, d_state=3, bidirectional=True),
 }
 MODULES = {**{name: (lambda name=name: build_layer(name, D, SMALL[name])) for name in LAYERS}, **BLOCKS}

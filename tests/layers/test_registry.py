@@ -4,7 +4,7 @@ by name (blocks, named models, PPO cores, SAC encoders) reads the one registry."
 import pytest
 import torch
 
-from seqssm.blocks import SimpleBlock, make_ssp
+from seqssm.blocks import SimpleBlock, SimpleBlockConfig, SSPConfig, make_stack
 from seqssm.layers import LAYERS, build_layer, layer_entry
 from seqssm.models import build
 from seqssm.rl.core import CoreConfig, build_core
@@ -48,7 +48,8 @@ def test_state_size_goes_to_the_layers_own_keyword(name):
 
 def test_unknown_names_list_the_registered_layers():
     names = ", ".join(LAYERS)
-    for make in (lambda: build_layer("lstm", D), lambda: make_ssp("lstm", D, 4), lambda: SimpleBlock(D, "lstm"),
+    for make in (lambda: build_layer("lstm", D), lambda: SSPConfig("lstm", 4),
+                 lambda: make_stack("simple", D, 1, ssp="lstm"),
                  lambda: build_core(CoreConfig(layer="lstm", d_model=D))):
         with pytest.raises(ValueError, match=f"unknown sequence layer 'lstm'; registered layers: {names}"):
             make()
@@ -59,7 +60,7 @@ def test_unknown_names_list_the_registered_layers():
 @pytest.mark.parametrize("name", LAYERS)
 def test_every_consumer_builds_every_registered_layer(name):
     d_state = SMALL[name]
-    block = SimpleBlock(D, name, d_state=d_state)
+    block = SimpleBlock(D, SimpleBlockConfig(SSPConfig(name, d_state)))
     assert isinstance(block.ssp, LAYERS[name].cls)
     core = build_core(CoreConfig(layer=name, d_model=D, d_state=d_state, n_layers=1))
     assert isinstance(core.layers[0].layer, LAYERS[name].cls)

@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seqssm.models import SequenceModel, build
+from seqssm.blocks import SimpleBlockConfig, SSPConfig
+from seqssm.models import SequenceModel, SequenceModelConfig, build
 from seqssm.models.hub import provenance_record
 from seqssm.models.loading import (
     CHECKPOINT_MODEL_CONFIG,
@@ -56,14 +57,14 @@ def test_legacy_checkpoint_weights_are_the_stored_tensors(name):
 
 def test_legacy_checkpoints_rebuild_each_task_s_network(expected):
     classifier = model_from_checkpoint(LEGACY / "classification.ckpt")
-    assert classifier.config["n_classes"] == 2 and classifier.config["pooling"] == "mean"
+    assert classifier.config.n_classes == 2 and classifier.config.pooling == "mean"
     # the classifier started from the exported NTP folder: its lineage survives
     assert classifier.provenance == provenance_record("init_from", init_from=("ntp-folder", None))
     language_model = model_from_checkpoint(LEGACY / "ntp.ckpt")
     assert language_model.is_lm and language_model.causal
     masked = model_from_checkpoint(LEGACY / "mlm.ckpt")
-    assert masked.is_lm and not masked.causal and masked.config["ssp"] == "s4d"
-    assert masked.config["expand"] == 1  # a model_overrides entry
+    assert masked.is_lm and not masked.causal and masked.config.block.ssp.layer == "s4d"
+    assert masked.config.block.expand == 1  # a model_overrides entry
     # the export of the NTP checkpoint holds the same network
     folder = SequenceModel.from_pretrained(LEGACY / "ntp-folder")
     assert folder.config == language_model.config
@@ -77,10 +78,11 @@ def a_checkpoint(model: SequenceModel, **entries) -> dict:
 
 def test_new_checkpoints_rebuild_from_the_stored_config_alone(tmp_path):
     # a config no registry name with overrides would give back: only the stored config can rebuild it
-    model = SequenceModel(d_model=8, n_layers=2, block="simple", ssp="s4d", d_input=3, n_classes=4, pooling="last",
-                          d_state=4, dropout=0.0)
+    model = SequenceModel(SequenceModelConfig(d_model=8, n_layers=2, block=SimpleBlockConfig(SSPConfig("s4d", 4)),
+                                              d_input=3, n_classes=4, pooling="last"))
     lineage = provenance_record("init_from", init_from=("somewhere", None))
-    torch.save(a_checkpoint(model, **{CHECKPOINT_MODEL_CONFIG: model.config, CHECKPOINT_PROVENANCE: lineage}),
+    stored = {CHECKPOINT_MODEL_CONFIG: model.config.to_dict(), CHECKPOINT_PROVENANCE: lineage}
+    torch.save(a_checkpoint(model, **stored),
                tmp_path / "new.ckpt")
     loaded = model_from_checkpoint(tmp_path / "new.ckpt")
     assert loaded.config == model.config and loaded.provenance == lineage
@@ -97,7 +99,7 @@ def test_task_checkpoints_store_the_model_config(tmp_path):
     task.model.provenance = provenance_record("to_bidirectional", causal=("a", None))
     checkpoint = {"state_dict": task.state_dict()}
     task.on_save_checkpoint(checkpoint)
-    assert checkpoint[CHECKPOINT_MODEL_CONFIG] == task.model.config
+    assert checkpoint[CHECKPOINT_MODEL_CONFIG] == task.model.config.to_dict()
     assert checkpoint[CHECKPOINT_PROVENANCE] == task.model.provenance
     torch.save(checkpoint, tmp_path / "task.ckpt")  # no hyper-parameters: the stored config is enough
     loaded = model_from_checkpoint(tmp_path / "task.ckpt")

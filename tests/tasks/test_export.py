@@ -19,7 +19,7 @@ def checkpoint(tmp_path):
     model = build("mamba-s6", vocab_size=12, n_classes=3, d_model=8, n_layers=1)
     path = tmp_path / "last.ckpt"
     torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                CHECKPOINT_MODEL_CONFIG: dict(model.config)}, path)
+                CHECKPOINT_MODEL_CONFIG: model.config.to_dict()}, path)
     return path, model
 
 

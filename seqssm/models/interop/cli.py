@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ...data.tokenized import TOKENIZER_FILE
+from ..config import SequenceModelConfig
 from ..hub import check_target, check_writable, staged_folder, write_pretrained
 from .mamba import TOKENIZER_FILES
 
@@ -22,9 +23,9 @@ from .mamba import TOKENIZER_FILES
 TASK_SETTINGS = ("vocab_size", "d_input", "n_classes", "pooling", "tie_embeddings")
 
 
-def architecture_overrides(config: dict) -> dict:
+def architecture_overrides(config: SequenceModelConfig) -> dict:
     """The `model_overrides` that make `seqssm fit` build the network of `config` (the task sets head and inputs)."""
-    return {k: v for k, v in config.items() if k not in TASK_SETTINGS}
+    return {k: v for k, v in config.to_dict().items() if k not in TASK_SETTINGS}
 
 
 def copy_tokenizer(src: str | Path, dst: str | Path) -> list[str]:

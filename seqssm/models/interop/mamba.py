@@ -3,7 +3,7 @@
 Reads Hugging Face `MambaForCausalLM` folders (config.json with model_type "mamba", model.safetensors,
 sharded or not) and mamba_ssm `MambaLMHeadModel` folders (config.json with d_model / n_layer /
 ssm_cfg, pytorch_model.bin read with weights_only=True); writes Hugging Face folders. Every
-setting of those configs maps onto a SequenceModel argument or is refused by name; state dicts
+setting of those configs maps onto a field of `SequenceModelConfig` or is refused by name; state dicts
 map through the explicit key tables below.
 """
 
@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from seqssm.blocks.config import MambaBlockConfig, SSPConfig
+from seqssm.models.config import SequenceModelConfig
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -119,23 +122,26 @@ def _integer(where, key: str, value) -> int:
 
 
 def _lm_config(where, *, d_model, n_layers, vocab_size, d_state, expand, d_conv, conv_bias, proj_bias, dt_rank,
-               rms_norm, norm_eps, residual_in_fp32, tie_embeddings, pad_vocab_size_multiple) -> dict:
-    """SequenceModel arguments of a plain Mamba-S6 language model, integer settings checked."""
+               rms_norm, norm_eps, residual_in_fp32, tie_embeddings, pad_vocab_size_multiple) -> SequenceModelConfig:
+    """The config of a plain Mamba-S6 language model, integer settings checked."""
     if dt_rank != "auto":
         dt_rank = _integer(where, "dt_rank", dt_rank)
-    return dict(
-        d_model=_integer(where, "d_model", d_model), n_layers=_integer(where, "n_layers", n_layers), block="mamba",
-        ssp="s6", vocab_size=_integer(where, "vocab_size", vocab_size), n_classes=None, pooling=None,
-        d_state=_integer(where, "d_state", d_state), expand=_integer(where, "expand", expand),
+    block = MambaBlockConfig(
+        SSPConfig("s6", d_state=_integer(where, "d_state", d_state)), expand=_integer(where, "expand", expand),
         d_conv=_integer(where, "d_conv", d_conv), conv_bias=bool(conv_bias), proj_bias=bool(proj_bias),
         dt_rank=dt_rank, dropout=0.0, rms_norm=bool(rms_norm), norm_eps=float(norm_eps),
-        residual_in_fp32=bool(residual_in_fp32), tie_embeddings=bool(tie_embeddings),
+        residual_in_fp32=bool(residual_in_fp32),
+    )
+    return SequenceModelConfig(
+        d_model=_integer(where, "d_model", d_model), n_layers=_integer(where, "n_layers", n_layers), block=block,
+        vocab_size=_integer(where, "vocab_size", vocab_size), n_classes=None, pooling=None,
+        tie_embeddings=bool(tie_embeddings),
         pad_vocab_size_multiple=_integer(where, "pad_vocab_size_multiple", pad_vocab_size_multiple),
     )
 
 
-def config_from_hf(hf: dict, where="config.json") -> dict:
-    """SequenceModel arguments equivalent to a transformers MambaConfig dict."""
+def config_from_hf(hf: dict, where="config.json") -> SequenceModelConfig:
+    """The SequenceModelConfig equivalent to a transformers MambaConfig dict."""
     c = {**HF_DEFAULTS, **hf}
     if c["hidden_act"] != "silu":
         _refuse(where, "hidden_act", c["hidden_act"], "the Mamba block gates with SiLU")
@@ -152,8 +158,8 @@ def config_from_hf(hf: dict, where="config.json") -> dict:
     )
 
 
-def config_from_mamba_ssm(ms: dict, where="config.json") -> dict:
-    """SequenceModel arguments equivalent to a mamba_ssm MambaConfig dict (Mamba-1 mixers only)."""
+def config_from_mamba_ssm(ms: dict, where="config.json") -> SequenceModelConfig:
+    """The SequenceModelConfig equivalent to a mamba_ssm MambaConfig dict (Mamba-1 mixers only)."""
     known = {"d_model", "n_layer", "vocab_size"} | MAMBA_SSM_DEFAULTS.keys() | MAMBA_SSM_NO_EFFECT
     unknown = sorted(set(ms) - known)
     if unknown:
@@ -178,8 +184,8 @@ def config_from_mamba_ssm(ms: dict, where="config.json") -> dict:
     )
 
 
-def read_foreign_config(folder: str | Path) -> tuple[str, dict]:
-    """(format, SequenceModel arguments) of a Hugging Face or mamba_ssm folder."""
+def read_foreign_config(folder: str | Path) -> tuple[str, SequenceModelConfig]:
+    """(format, model config) of a Hugging Face or mamba_ssm folder."""
     path = Path(folder) / CONFIG_FILE
     fmt = detect_format(folder)
     if fmt == "seqssm":
@@ -283,7 +289,7 @@ def map_state_dict(model: nn.Module, tensors: dict, origin: dict, fmt: str, fold
     """`fmt`-keyed tensors -> a state dict for `model`, every key and shape checked (errors name file and key)."""
     own = model.state_dict()
     names = external_keys(own, fmt)
-    tied = model.config["tie_embeddings"]
+    tied = model.config.tie_embeddings
     # a tensor no file holds is reported against the index of a sharded folder, else the one weights file
     index = Path(folder) / SAFETENSORS_INDEX
     default_file = index if index.is_file() else next(iter(origin.values()), Path(folder))
@@ -315,7 +321,7 @@ def read_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str,
     """The weights of a Hugging Face or mamba_ssm folder, under the keys of `model_cls` (SequenceModel)."""
     fmt, config = read_foreign_config(folder)
     with torch.device("meta"):
-        template = model_cls(**config)  # keys and shapes only
+        template = model_cls(config)  # keys and shapes only
     return map_state_dict(template, *read_tensors(folder), fmt, folder)
 
 
@@ -323,41 +329,45 @@ def load_model(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtyp
     """The `model_cls` (SequenceModel) equivalent to a Hugging Face or mamba_ssm folder, weights loaded."""
     fmt, config = read_foreign_config(folder)
     tensors, origin = read_tensors(folder)
-    model = model_cls(**config)
+    model = model_cls(config)
     if dtype is not None:
         model.to(dtype)  # before loading, so float64 weights keep their precision
     model.load_state_dict(map_state_dict(model, tensors, origin, fmt, folder))
     return model
 
 
-def hf_config(config: dict) -> dict:
+def hf_config(config: SequenceModelConfig) -> dict:
     """The transformers MambaConfig dict of a SequenceModel config; refuses what MambaForCausalLM cannot hold."""
     where = "save_pretrained(format='hf')"
+    block, ssp = config.block, config.block.ssp
+    if not isinstance(block, MambaBlockConfig):
+        _refuse(where, "block", block.kind, "Hugging Face Mamba holds Mamba blocks only")
     refusals = [
-        ("block", config["block"] != "mamba", "Hugging Face Mamba holds Mamba blocks only"),
-        ("ssp", config["ssp"] != "s6", "Hugging Face Mamba holds S6 cores only, not S4/S4D"),
-        ("bidirectional", config["bidirectional"], "Hugging Face Mamba is causal"),
-        ("placebo", config["placebo"], "Hugging Face Mamba has one conv/SSM branch per block"),
-        ("rope", config["rope"] is not None, "Hugging Face Mamba has no rotary embeddings"),
-        ("n_classes", config["n_classes"] is not None, "MambaForCausalLM has a language-model head, not a classifier"),
-        ("pooling", config["pooling"] is not None, "MambaForCausalLM has a language-model head, not a pooled one"),
-        ("d_input", config["d_input"] is not None, "MambaForCausalLM reads token ids"),
-        ("rms_norm", not config["rms_norm"], "Hugging Face Mamba normalises with RMSNorm"),
+        ("ssp", ssp.layer, ssp.layer != "s6", "Hugging Face Mamba holds S6 cores only, not S4/S4D"),
+        ("bidirectional", block.bidirectional, block.bidirectional, "Hugging Face Mamba is causal"),
+        ("placebo", block.placebo, block.placebo, "Hugging Face Mamba has one conv/SSM branch per block"),
+        ("rope", ssp.rope, ssp.rope is not None, "Hugging Face Mamba has no rotary embeddings"),
+        ("n_classes", config.n_classes, config.n_classes is not None,
+         "MambaForCausalLM has a language-model head, not a classifier"),
+        ("pooling", config.pooling, config.pooling is not None,
+         "MambaForCausalLM has a language-model head, not a pooled one"),
+        ("d_input", config.d_input, config.d_input is not None, "MambaForCausalLM reads token ids"),
+        ("rms_norm", block.rms_norm, not block.rms_norm, "Hugging Face Mamba normalises with RMSNorm"),
     ]
-    for key, bad, why in refusals:
+    for key, value, bad, why in refusals:
         if bad:
-            _refuse(where, key, config[key], why)
-    d_model, multiple = config["d_model"], config["pad_vocab_size_multiple"]
-    dt_rank = math.ceil(d_model / 16) if config["dt_rank"] == "auto" else config["dt_rank"]
+            _refuse(where, key, value, why)
+    d_model, multiple = config.d_model, config.pad_vocab_size_multiple
+    dt_rank = math.ceil(d_model / 16) if block.dt_rank == "auto" else block.dt_rank
     return {
         "architectures": ["MambaForCausalLM"], "model_type": "mamba",
         # transformers has no vocabulary padding: its vocab_size is the padded embedding size
-        "vocab_size": math.ceil(config["vocab_size"] / multiple) * multiple,
-        "hidden_size": d_model, "num_hidden_layers": config["n_layers"], "state_size": config["d_state"],
-        "expand": config["expand"], "intermediate_size": config["expand"] * d_model, "conv_kernel": config["d_conv"],
-        "use_bias": config["proj_bias"], "use_conv_bias": config["conv_bias"], "hidden_act": "silu",
-        "time_step_rank": dt_rank, "layer_norm_epsilon": config["norm_eps"],
-        "residual_in_fp32": config["residual_in_fp32"], "tie_word_embeddings": config["tie_embeddings"],
+        "vocab_size": math.ceil(config.vocab_size / multiple) * multiple,
+        "hidden_size": d_model, "num_hidden_layers": config.n_layers, "state_size": ssp.d_state,
+        "expand": block.expand, "intermediate_size": block.expand * d_model, "conv_kernel": block.d_conv,
+        "use_bias": block.proj_bias, "use_conv_bias": block.conv_bias, "hidden_act": "silu",
+        "time_step_rank": dt_rank, "layer_norm_epsilon": block.norm_eps,
+        "residual_in_fp32": block.residual_in_fp32, "tie_word_embeddings": config.tie_embeddings,
     }
 
 
@@ -371,7 +381,7 @@ def save_hf(model: nn.Module, out_dir: str | Path) -> Path:
     dtype = own["embedding.weight"].dtype
     config["dtype"] = str(dtype).removeprefix("torch.")
     tensors = {names[k]: v.detach().cpu().contiguous().clone() for k, v in own.items()
-               if not (k == "head.weight" and model.config["tie_embeddings"])}  # transformers re-ties the head
+               if not (k == "head.weight" and model.config.tie_embeddings)}  # transformers re-ties the head
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

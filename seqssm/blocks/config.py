@@ -1,0 +1,156 @@
+"""Typed configs of the blocks and of the sequence primitive (SSP) inside each block.
+
+    MambaBlockConfig(SSPConfig("s4d", d_state=16), bidirectional=True, dropout=0.1)
+    SimpleBlockConfig(SSPConfig("s4", d_state=64, rope={}))
+    block_config("mamba", ssp="s4d", d_state=16, bidirectional=True)     # the same, by flat names
+
+Each field's default is stated once, here: Mamba blocks around S6 with N=16 and RMSNorm, Simple blocks
+around S4D with N=64 and LayerNorm (thesis tables 2, 3), no dropout. `block_config` also reads the flat
+names of the one-level model config of earlier seqssm versions (`FLAT_SSP_NAMES`), which recipes'
+`model_overrides`, old config.json files and old checkpoints use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from seqssm.layers.registry import layer_entry
+
+
+@dataclass(frozen=True)
+class SSPConfig:
+    """The sequence primitive of a block.
+
+    layer: a name of `seqssm.layers.LAYERS` ("s6", "s4d", "s4", "s5", ...). d_state: its state size (None: the
+    layer's own default). lr_scale: the fraction of the learning rate its SSM parameters train at (None: the
+    layer's own, 0.1 for S4 / S4D / S6 / LSSL after thesis 12.2.4, 0.2 for S5). rope: options of `RotarySSP`
+    (base, trainable, normalize_len, targets) to put RoPE before the SSP ({} for the defaults), None for none.
+    layer_kwargs: the layer's other constructor arguments (e.g. {"dt_min": 0.01}).
+    """
+
+    layer: str = "s6"
+    d_state: int | None = None
+    lr_scale: float | None = None
+    rope: dict[str, Any] | None = None
+    layer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        layer_entry(self.layer)  # an unknown name fails here, listing the registered layers
+        if self.lr_scale is not None and not self.lr_scale > 0:
+            raise ValueError(f"SSPConfig.lr_scale must be positive (or None for the layer's own), got {self.lr_scale}")
+        # JSON has no tuples: lists keep a config equal to itself after a round trip through config.json
+        if self.rope is not None:
+            object.__setattr__(self, "rope", {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope.items()})
+        object.__setattr__(self, "layer_kwargs", dict(self.layer_kwargs or {}))
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Fields every block has: its SSP, feature dropout, and its norm (RMSNorm or LayerNorm, with eps)."""
+
+    kind: ClassVar[str]
+    final_norm: ClassVar[bool]  # whether a stack of these blocks ends in a norm of its own
+
+    ssp: SSPConfig = field(default_factory=SSPConfig)
+    dropout: float = 0.0
+    rms_norm: bool = True
+    norm_eps: float = 1e-5
+
+    def __post_init__(self):
+        if not isinstance(self.ssp, SSPConfig):
+            raise TypeError(f"{type(self).__name__}.ssp must be an SSPConfig, got {type(self.ssp).__name__}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"kind": ..., every field, "ssp": {...}}: plain JSON-able values."""
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class MambaBlockConfig(BlockConfig):
+    """The Mamba block (thesis 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width d_conv
+    (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
+    rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
+    (MambaBi, fig. 16); placebo: the same two branches without the flips. residual_in_fp32 keeps the residual
+    sum in float32 when the model runs in lower precision."""
+
+    kind: ClassVar[str] = "mamba"
+    final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
+
+    ssp: SSPConfig = field(default_factory=lambda: SSPConfig("s6", d_state=16))
+    expand: int = 2
+    d_conv: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    dt_rank: int | str = "auto"
+    bidirectional: bool = False
+    placebo: bool = False
+    residual_in_fp32: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bidirectional and self.placebo:
+            raise ValueError("choose at most one of bidirectional and placebo")
+        if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
+            raise ValueError(f"dt_rank must be 'auto' or a positive integer, got {self.dt_rank!r}")
+
+
+@dataclass(frozen=True)
+class SimpleBlockConfig(BlockConfig):
+    """The Simple block of the S4 / S4D papers (thesis 12.1, fig. 9): post-norm, GELU, GLU."""
+
+    kind: ClassVar[str] = "simple"
+    final_norm: ClassVar[bool] = False  # each block ends in its own (post) norm
+
+    ssp: SSPConfig = field(default_factory=lambda: SSPConfig("s4d", d_state=64))
+    rms_norm: bool = False
+
+
+BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig)}
+# flat name of the one-level config of earlier versions -> SSPConfig field (block fields kept their names)
+FLAT_SSP_NAMES = {"ssp": "layer", "d_state": "d_state", "ssp_lr_scale": "lr_scale", "rope": "rope",
+                  "ssp_kwargs": "layer_kwargs"}
+
+
+def _field_names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def ssp_config(base: SSPConfig, changes: SSPConfig | dict[str, Any] | str) -> SSPConfig:
+    """`base` with `changes`: a whole SSPConfig, a dict of its fields, or a layer name."""
+    if isinstance(changes, SSPConfig):
+        return changes
+    if isinstance(changes, str):
+        changes = {"layer": changes}
+    unknown = sorted(set(changes) - _field_names(SSPConfig))
+    if unknown:
+        raise ValueError(f"unknown SSP setting(s) {unknown}; SSPConfig has {sorted(_field_names(SSPConfig))}")
+    return dataclasses.replace(base, **changes)
+
+
+def block_config(block: str | BlockConfig = "mamba", **changes: Any) -> BlockConfig:
+    """A block config: `block` (a kind's defaults, or a config) with `changes` made.
+
+    changes: fields of the block config ("kind" switches to that kind's defaults first; "ssp" may be an
+    SSPConfig, a dict of its fields or a layer name) or the flat SSP names of `FLAT_SSP_NAMES`. So
+    `block_config(**config.to_dict())` gives `config` back.
+    """
+    kind = changes.pop("kind", block.kind if isinstance(block, BlockConfig) else block)
+    if kind not in BLOCK_CONFIGS:
+        raise ValueError(f"unknown block {kind!r}; choose one of {tuple(BLOCK_CONFIGS)}")
+    if not isinstance(block, BlockConfig) or block.kind != kind:
+        block = BLOCK_CONFIGS[kind]()
+    ssp = changes.pop("ssp", None)
+    ssp_changes = {FLAT_SSP_NAMES[k]: changes.pop(k) for k in list(changes) if k in FLAT_SSP_NAMES}
+    new_ssp = block.ssp if ssp is None else ssp_config(block.ssp, ssp)
+    unknown = sorted(set(changes) - _field_names(type(block)))
+    if unknown:
+        others = [k for k, c in BLOCK_CONFIGS.items() if c is not type(block) and set(unknown) <= _field_names(c)]
+        hint = f" (settings of {others[0]} blocks)" if others else ""
+        raise ValueError(f"{kind} blocks have no setting(s) {unknown}{hint}; they have "
+                         f"{sorted(_field_names(type(block)) | set(FLAT_SSP_NAMES))}")
+    return dataclasses.replace(block, ssp=dataclasses.replace(new_ssp, **ssp_changes), **changes)
+
