@@ -7,6 +7,7 @@
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
     seqssm study species --preset cpu-small --out runs/species-small      # thesis 16: pretraining stages, surgery, arms
+    seqssm reproduce all --seeds 3 --out runs/reproduce                   # the papers' comparisons, with verdicts
 
 The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id`
 come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
@@ -25,13 +26,15 @@ from .data.errors import DataFormatError, DataNotFoundError
 from .models.hub import NotASeqssmFolderError, OutputExistsError
 from .models.interop import PretrainedFormatError
 from .models.surgery import SurgeryError
+from .study.reproduce.claim import ReproduceError
 from .study.species import StudyError
 from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, TrainingInterrupted
 from .tasks.lightning_cli import make_cli
 
 # Errors whose message already says what is wrong and what to do: shown without a traceback.
 USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
-               NotASeqssmFolderError, OutputExistsError, PretrainedFormatError, StudyError, SurgeryError)
+               NotASeqssmFolderError, OutputExistsError, PretrainedFormatError, ReproduceError, StudyError,
+               SurgeryError)
 
 
 def export_main(argv: list[str]) -> None:
@@ -70,6 +73,10 @@ def main(args: list[str] | None = None) -> None:
             from .study.cli import main as study_main
 
             study_main(argv[1:])
+        elif argv[:1] == ["reproduce"]:
+            from .study.reproduce.cli import main as reproduce_main
+
+            reproduce_main(argv[1:])
         elif argv[:1] in (["rl"], ["rl-eval"]):
             try:
                 from .rl.cli import main as rl_main

@@ -1,0 +1,17 @@
+"""`seqssm reproduce`: the source papers' headline comparisons in miniature, several seeds each, with a report
+(mean ± standard error, wall time, the paper's numbers beside ours, a verdict per comparison) and figures.
+
+    seqssm reproduce list
+    seqssm reproduce repeat-previous --seeds 3 --out runs/reproduce
+    seqssm reproduce all --seeds 3 --out runs/reproduce
+
+One module per family of claims (rl_claims, lra_claims, species_claim), one shared runner (runner.py) and
+report writer (report.py); the sizes and budgets are in recipes/reproduce/<claim>/.
+"""
+
+from .claim import Claim, ReproduceError, Settings
+from .rl_claims import RL_CLAIMS
+
+CLAIMS: dict[str, type[Claim]] = {cls.name: cls for cls in (*RL_CLAIMS,)}
+
+__all__ = ["CLAIMS", "Claim", "ReproduceError", "Settings"]

@@ -1,0 +1,44 @@
+"""`seqssm reproduce CLAIM|all|list`: the command line of the reproductions."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import CLAIMS
+from .claim import RECIPES, Settings
+
+
+def parser() -> argparse.ArgumentParser:
+    """The `seqssm reproduce` argument parser."""
+    p = argparse.ArgumentParser(prog="seqssm reproduce", description="Re-run a source paper's comparison in "
+                                "miniature with several seeds; write results.json, report.md and figures with a "
+                                "verdict per comparison. Finished runs are skipped on a second call.")
+    p.add_argument("claim", choices=[*CLAIMS, "all", "list"], help="a claim, `all` of them, or `list` them")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    p.add_argument("--out", type=Path, default=Path("runs/reproduce"), help="results folder (default runs/reproduce)")
+    p.add_argument("--budget", type=float, default=1.0,
+                   help="factor on the recipes' training steps (default 1: ~20 minutes per claim on 2 cores)")
+    p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each (default 2)")
+    p.add_argument("--smoke", action="store_true", help="the claims' smoke.yaml sizes: seconds, for tests")
+    p.add_argument("--recipes", type=Path, default=RECIPES, help="folder of the claims' recipes")
+    p.add_argument("--no-bars", action="store_true", help="no progress bars (logs only)")
+    return p
+
+
+def main(argv: list[str]) -> list[dict]:
+    """Run the claims that argv names -> their summaries; print each verdict and where its report is."""
+    from .report import require_matplotlib
+    from .runner import run_all, run_claim
+
+    ns = parser().parse_args(argv)
+    if ns.claim == "list":
+        for name, cls in CLAIMS.items():
+            print(f"{name:18s} {cls.title} ({cls.source})")
+        return []
+    require_matplotlib()
+    settings = Settings(out=ns.out, seeds=ns.seeds, budget=ns.budget, smoke=ns.smoke, jobs=ns.jobs,
+                        recipes=ns.recipes)
+    if ns.claim == "all":
+        return run_all([cls(settings) for cls in CLAIMS.values()], bars=not ns.no_bars)
+    return [run_claim(CLAIMS[ns.claim](settings), bars=not ns.no_bars)]
