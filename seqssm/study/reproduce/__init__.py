@@ -10,8 +10,10 @@ report writer (report.py); the sizes and budgets are in recipes/reproduce/<claim
 """
 
 from .claim import Claim, ReproduceError, Settings
+from .lra_claims import LRA_CLAIMS
 from .rl_claims import RL_CLAIMS
+from .species_claim import SpeciesPretraining
 
-CLAIMS: dict[str, type[Claim]] = {cls.name: cls for cls in (*RL_CLAIMS,)}
+CLAIMS: dict[str, type[Claim]] = {cls.name: cls for cls in (*RL_CLAIMS, *LRA_CLAIMS, SpeciesPretraining)}
 
 __all__ = ["CLAIMS", "Claim", "ReproduceError", "Settings"]

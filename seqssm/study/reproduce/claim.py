@@ -18,7 +18,9 @@ from seqssm.tasks.recipes import merge, read_recipe
 from .stats import RELATIONS
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
-SMOKE_RECIPE = "smoke.yaml"  # per claim folder: overrides merged into every run for a seconds-long smoke run
+# per claim folder: with --smoke, its `run:` section is merged into every run's config and its `prepare:` section
+# into the claim's data settings, for a seconds-long run
+SMOKE_RECIPE = "smoke.yaml"
 
 
 class ReproduceError(ValueError):
@@ -124,18 +126,26 @@ class Claim:
         self.recipe_dir = settings.recipes / self.name
 
     # -- recipes -----------------------------------------------------------------------------------------------
-    def recipe(self, name: str) -> dict:
-        """recipes/reproduce/<claim>/<name> with its bases merged, plus smoke.yaml when smoke-testing."""
+    def recipe(self, name: str, part: str = "run") -> dict:
+        """recipes/reproduce/<claim>/<name> with its bases merged, and when smoke-testing the `part` section ("run"
+        or "prepare") of the claim's smoke.yaml merged in."""
+        return self.smoked(self.read(name), part)
+
+    def read(self, name: str) -> dict:
+        """recipes/reproduce/<claim>/<name> with its bases merged."""
         path = self.recipe_dir / name
         if not path.is_file():
             raise ReproduceError(f"recipe {path} not found; is --recipes the repository's recipes/reproduce?")
-        config = read_recipe(path)
-        if self.settings.smoke:
-            smoke = self.recipe_dir / SMOKE_RECIPE
-            if not smoke.is_file():
-                raise ReproduceError(f"claim {self.name} has no {smoke} for --smoke")
-            config = merge(config, read_recipe(smoke))
-        return config
+        return read_recipe(path)
+
+    def smoked(self, config: dict, part: str = "run") -> dict:
+        """`config` with the `part` section of the claim's smoke.yaml merged in when smoke-testing."""
+        if not self.settings.smoke:
+            return config
+        smoke = self.recipe_dir / SMOKE_RECIPE
+        if not smoke.is_file():
+            raise ReproduceError(f"claim {self.name} has no {smoke} for --smoke")
+        return merge(config, read_recipe(smoke).get(part) or {})
 
     def seeds(self) -> range:
         """The seeds every arm runs."""
