@@ -32,7 +32,7 @@ class ListOpsClaim(Claim):
     """Every arm's recipe (recipes/reproduce/<claim>/<arm>.yaml) at every seed on the generated ListOps; the metric
     is the final validation accuracy, with the validation curve for the figure."""
 
-    validations = 6  # evenly spaced over training: the points of the validation curve, the last at the end
+    validations = 8  # evenly spaced over training: the points of the validation curve, the last at the end
     metrics = (Metric("acc", "final val. accuracy"), Metric("best", "best val. accuracy"),
                Metric("step_ms", "median step (ms)", ".1f"))
 
@@ -107,14 +107,15 @@ class RopeClaim(ListOpsClaim):
 
 class BidirectionalClaim(ListOpsClaim):
     name = "bidirectional"
-    title = "Bidirectional vs causal vs placebo Mamba-S6 / Mamba-S4D (generated ListOps)"
+    title = "Bidirectional vs causal vs placebo Mamba-S6 (generated ListOps)"
     source = f"{THESIS}, 15 (15.3.2, fig. 18)"
     claim = ("at equal parameter counts, the bidirectional Mamba-S6 is significantly better than the causal one on "
              "both tasks (IMDB, CIFAR-10-numerical), while the placebo (the bidirectional parameters, no flips) "
              "performs like the causal model, so the gain is bidirectionality, not the parameter shift (fig. 18, five "
-             "runs, 95% intervals; figures without numbers). For S4D the picture is mixed: better on CIFAR, worse on "
-             "IMDB with the placebo worse too.")
-    arms = ("mamba-s6", "mamba-s6-bi", "mamba-s6-placebo", "mamba-s4d", "mamba-s4d-bi", "mamba-s4d-placebo")
+             "runs, 95% intervals; figures without numbers). (For S4D the thesis's picture is mixed, better on CIFAR, "
+             "worse on IMDB with the placebo worse too; its arms are left out here to keep the claim within its "
+             "CPU budget.)")
+    arms = ("mamba-s6", "mamba-s6-bi", "mamba-s6-placebo")
     figure_title = "causal vs bidirectional vs placebo (cf. thesis fig. 18)"
     comparisons = (
         Comparison("acc", "mamba-s6-bi", "mamba-s6", "greater", "S6-Bi significantly above S6 on both tasks "
@@ -122,8 +123,6 @@ class BidirectionalClaim(ListOpsClaim):
         Comparison("acc", "mamba-s6-bi", "mamba-s6-placebo", "greater", "S6-Bi above the S6 placebo (fig. 18)"),
         Comparison("acc", "mamba-s6-placebo", "mamba-s6", "close", "placebo similar to the causal model (15.3.2)",
                    margin=0.02),
-        Comparison("acc", "mamba-s4d-placebo", "mamba-s4d", "close", "placebo similar to the causal model "
-                   "(15.3.2; on IMDB both S4D placebo and Bi fell below it)", margin=0.02),
     )
 
 
