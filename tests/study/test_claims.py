@@ -1,0 +1,154 @@
+"""Every claim's runs are valid configs of the project's machinery at full and smoke size, with the sizes the
+recipes promise (parameter-matched widths), and the helpers claims measure with are right."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seqssm.study.reproduce import CLAIMS, Settings
+from seqssm.study.reproduce.rl_claims import corridors_opened
+from seqssm.study.reproduce.species_claim import kmer_perplexity
+
+
+def runs_of(name, smoke=False, **kw):
+    return CLAIMS[name](Settings(out=Path("/nonexistent"), smoke=smoke, **kw)).runs()
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("smoke", [False, True])
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_every_run_of_every_claim_is_a_valid_config(name, smoke, monkeypatch, tmp_path):
+    runs = runs_of(name, smoke)
+    assert {r.arm for r in runs} >= set(CLAIMS[name].arms) - {"pre"}
+    assert len({r.key for r in runs}) == len(runs)
+    first_per_arm = {}
+    for run in runs:
+        first_per_arm.setdefault((run.arm, run.kind), run)
+    for run in first_per_arm.values():
+        if run.kind == "rl":
+            from seqssm.rl.config import RunConfig, validate
+            from seqssm.rl.runner import check_env
+
+            config = RunConfig.from_dict({k: v for k, v in run.config.items() if k != "final_eval"})
+            validate(config)
+            check_env(config)
+            assert config.algo.total_steps == run.units
+        elif run.kind == "fit":
+            import yaml
+
+            from seqssm.tasks.lightning_cli import make_cli
+
+            monkeypatch.setattr("sys.argv", ["seqssm"])
+            path = tmp_path / f"{run.arm}.yaml"
+            path.write_text(yaml.safe_dump(run.config))
+            cli = make_cli(["--config", str(path)], run=False)
+            assert cli.trainer.max_steps == run.units
+            assert cli.model.hparams.model == run.config["model"]["init_args"]["model"]
+        else:
+            assert run.kind == "surgery" and run.config["operation"] == "to_bidirectional"
+
+
+def test_budget_scales_the_training_steps():
+    full = {r.key: r.units for r in runs_of("repeat-previous")}
+    half = {r.key: r.units for r in runs_of("repeat-previous", budget=0.5)}
+    assert half["s5/seed0"] == pytest.approx(full["s5/seed0"] / 2, rel=0.01) and half["s5/seed0"] % (16 * 128) == 0
+    rope = {r.key: r for r in runs_of("rope", budget=0.5)}["mamba-s6/seed2"]
+    assert rope.units == 800 and rope.config["trainer"]["val_check_interval"] == 100
+    assert rope.config["seed_everything"] == 2
+
+
+def parameters(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("name", ["repeat-previous", "memory-length"])
+def test_s5_is_parameter_matched_to_the_gru(name):
+    from seqssm.rl.config import RunConfig
+    from seqssm.rl.core import build_core
+
+    cores = {r.arm: build_core(RunConfig.from_dict({k: v for k, v in r.config.items() if k != "final_eval"})
+                               .agent.core) for r in runs_of(name) if r.arm in ("s5", "gru")}
+    assert parameters(cores["s5"]) == pytest.approx(parameters(cores["gru"]), rel=0.1)
+
+
+@pytest.mark.parametrize("name, arms, vocab, classes", [
+    ("bidirectional", ("mamba-s6", "mamba-s6-bi"), 18, 10),
+    ("species-pretraining", ("regular", "bidirectional"), 12, 5),
+])
+def test_bidirectional_widths_are_parameter_matched(name, arms, vocab, classes):
+    """The bidirectional width is the largest whose parameter count stays within the causal model's (thesis table 6),
+    and F1's NTP parent has it too (thesis 16.7.2)."""
+    from seqssm.study.species import matched_bidirectional_width
+
+    runs = {r.key.split("/")[0]: r.config for r in runs_of(name) if r.seed == 0}
+    causal, bi = (runs[a]["model"]["init_args"]["model_overrides"] for a in arms)
+    assert bi["d_model"] == matched_bidirectional_width(causal["d_model"], vocab_size=vocab, n_classes=classes,
+                                                        n_layers=causal["n_layers"])
+    if name == "species-pretraining":
+        widths = {k: runs[k]["model"]["init_args"]["model_overrides"]["d_model"] for k in
+                  ("pretrain-ntp", "pretrain-ntp-f1", "pretrain-mlm-bi", "ntp", "mlm-bi", "f1")}
+        assert widths == {"pretrain-ntp": 32, "pretrain-ntp-f1": bi["d_model"], "pretrain-mlm-bi": bi["d_model"],
+                          "ntp": 32, "mlm-bi": bi["d_model"], "f1": bi["d_model"]}
+    else:
+        assert runs["mamba-s6-placebo"]["model"]["init_args"]["model_overrides"]["d_model"] == bi["d_model"]
+
+
+def test_species_finetuning_arms_start_from_their_pretraining():
+    runs = {r.key: r for r in runs_of("species-pretraining", seeds=1)}
+    assert runs["ntp/seed0"].needs == ("pretrain-ntp/seed0",)
+    assert runs["ntp/seed0"].config["model"]["init_args"]["init_from"].endswith("pretrain-ntp/seed0/checkpoints/last.ckpt")
+    assert runs["f1/seed0"].needs == ("surgery-f1/seed0",)
+    assert runs["surgery-f1/seed0"].config["parents"][0].endswith("pretrain-ntp-f1/seed0/checkpoints/last.ckpt")
+    assert runs["mlm-bi/seed0"].config["model"]["init_args"]["reinit_head"] is True
+    assert "init_from" not in runs["regular/seed0"].config["model"]["init_args"]
+    assert runs["pretrain-mlm-bi/seed0"].config["data"]["init_args"]["task"] == "mlm"
+    assert runs["regular/seed0"].config["data"]["init_args"]["train_subset"] == "finetune"
+
+
+@pytest.mark.parametrize("episode_return, opened", [(0, 0), (1, 1), (2, 1), (3, 2), (5, 2), (6, 3), (35, 7), (36, 8)])
+def test_corridors_opened_inverts_the_memory_corridor_reward(episode_return, opened):
+    assert corridors_opened(episode_return) == opened
+
+
+def test_corridors_opened_matches_the_environment():
+    from seqssm.rl.envs import MemoryCorridor
+
+    env = MemoryCorridor(num_doors=3, length=6)
+    rng = np.random.default_rng(0)
+    for episode in range(30):
+        env.reset(seed=episode)
+        total, done, stop_after = 0.0, False, rng.integers(0, 7)  # play right until `stop_after` corridors, then err
+        while not done:
+            right = int(env.doors[env.position])
+            action = right if env.opened < stop_after else (right + 1) % 3
+            _, reward, done, _, _ = env.step(action)
+            total += reward
+        assert corridors_opened(total) == env.opened
+
+
+def test_kmer_perplexity_of_uniform_and_of_periodic_sequences():
+    rng = np.random.default_rng(0)
+    uniform = [rng.integers(0, 4, 50_000).astype(np.uint8) for _ in range(2)]
+    assert kmer_perplexity(uniform[:1], uniform[1:]) == pytest.approx(4.0, rel=0.02)
+    periodic = np.tile(np.array([0, 1, 2, 3, 3, 2], np.uint8), 5000)
+    assert kmer_perplexity([periodic], [periodic]) < 1.01
+    assert math.isfinite(kmer_perplexity([periodic], uniform[:1]))
+
+
+def test_the_memoryless_core_keeps_the_layer_contract():
+    from seqssm.study.reproduce.work import Memoryless
+
+    core = Memoryless(8)
+    x = torch.randn(2, 5, 8)
+    y, state = core.scan(x, core.initial_state(2), resets=torch.zeros(2, 5, dtype=torch.bool))
+    steps = torch.stack([core.step(x[:, t], state)[0] for t in range(5)], dim=1)
+    assert state == () and torch.equal(y, core(x)) and torch.allclose(steps, y)

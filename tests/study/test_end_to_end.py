@@ -1,0 +1,64 @@
+"""`seqssm reproduce` end to end at smoke sizes: a supervised claim (seqssm fit runs) and an RL claim (seqssm rl
+runs), reports written, finished runs skipped on the second call; matplotlib's absence named with the fix."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from seqssm.cli import main
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def reproduce(claim, out, capsys):
+    main(["reproduce", claim, "--smoke", "--seeds", "2", "--jobs", "1", "--no-bars", "--out", str(out)])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("claim, arms", [("rope", 4), ("repeat-previous", 3)])
+def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, capsys):
+    log = reproduce(claim, tmp_path, capsys)
+    folder = tmp_path / claim
+    summary = json.loads((folder / "results.json").read_text())
+    assert summary["verdict"] in ("agrees", "disagrees", "inconclusive") and not summary["failed"]
+    assert len(summary["runs"]) == 2 * arms and all(len(v) == 2 for v in summary["wall_s"].values())
+    report = (folder / "report.md").read_text()
+    assert f"**Verdict: {summary['verdict']}**" in report and "Paper:" in report
+    assert all((folder / name).stat().st_size > 0 for name in report.split("](")[1:] for name in [name.split(")")[0]])
+    assert f"{claim}: {summary['verdict']} -> {folder / 'report.md'}" in log
+
+    log = reproduce(claim, tmp_path, capsys)
+    assert f"{2 * arms} of {2 * arms} runs finished before: skipped" in log
+    assert json.loads((folder / "results.json").read_text())["comparisons"] == summary["comparisons"]
+
+
+def test_list_names_every_claim(capsys):
+    main(["reproduce", "list"])
+    out = capsys.readouterr().out
+    for name in ("repeat-previous", "memory-corridor", "best-arm", "memory-length", "rope", "bidirectional",
+                 "species-pretraining"):
+        assert name in out
+
+
+def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(SystemExit, match=r"pip install 'seqssm\[plot\]'"):
+        main(["reproduce", "rope", "--smoke", "--out", str(tmp_path)])
+    assert not (tmp_path / "rope").exists()  # refused before anything ran
+
+
+def test_changed_settings_are_a_one_line_error(tmp_path, capsys):
+    reproduce("repeat-previous", tmp_path, capsys)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reproduce", "repeat-previous", "--seeds", "1", "--jobs", "1", "--no-bars", "--out", str(tmp_path)])
+    assert exit_info.value.code == 1
+    assert "was made with other settings" in capsys.readouterr().err
