@@ -105,7 +105,8 @@ def test_bidirectional_widths_are_parameter_matched(name, arms, vocab, classes):
 def test_species_finetuning_arms_start_from_their_pretraining():
     runs = {r.key: r for r in runs_of("species-pretraining", seeds=1)}
     assert runs["ntp/seed0"].needs == ("pretrain-ntp/seed0",)
-    assert runs["ntp/seed0"].config["model"]["init_args"]["init_from"].endswith("pretrain-ntp/seed0/checkpoints/last.ckpt")
+    init_from = runs["ntp/seed0"].config["model"]["init_args"]["init_from"]
+    assert init_from.endswith("pretrain-ntp/seed0/checkpoints/last.ckpt")
     assert runs["f1/seed0"].needs == ("surgery-f1/seed0",)
     assert runs["surgery-f1/seed0"].config["parents"][0].endswith("pretrain-ntp-f1/seed0/checkpoints/last.ckpt")
     assert runs["mlm-bi/seed0"].config["model"]["init_args"]["reinit_head"] is True

@@ -43,7 +43,8 @@ class Settings:
         if self.seeds < 1:
             raise ReproduceError(f"--seeds must be >= 1, got {self.seeds}")
         if not (self.budget > 0 and math.isfinite(self.budget)):
-            raise ReproduceError(f"--budget must be a positive factor of the recipes' training steps, got {self.budget}")
+            raise ReproduceError(f"--budget must be a positive factor of the recipes' training steps, "
+                                 f"got {self.budget}")
         if self.jobs < 1:
             raise ReproduceError(f"--jobs must be >= 1, got {self.jobs}")
 

@@ -86,7 +86,8 @@ def table(claim: Claim, m: Measurements, walls: dict[str, list[float]]) -> list[
         columns.append((metric.label, lambda arm, metric=metric: fmt(m.values.get(arm, {}).get(metric.name, []),
                                                                       metric.fmt)))
         if any(metric.name in claim.paper_values.get(arm, {}) for arm in arms):
-            columns.append(("paper", lambda arm, metric=metric: claim.paper_values.get(arm, {}).get(metric.name, "–")))
+            columns.append(("paper", lambda arm, metric=metric:
+                            claim.paper_values.get(arm, {}).get(metric.name, "–")))
     columns.append(("wall time per seed (s)", lambda arm: fmt(walls.get(arm, []), ".0f")))
     lines = ["| arm | " + " | ".join(name for name, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
     lines += [f"| {arm} | " + " | ".join(cell(arm) for _, cell in columns) + " |" for arm in arms]
