@@ -124,3 +124,25 @@ def test_provenance_of_surgery_folders_and_init_from(tmp_path):
     checkpoint = {}
     task.on_save_checkpoint(checkpoint)
     assert checkpoint["seqssm_provenance"] == expected and task.hparams.init_from == str(fused_dir)
+
+
+@pytest.mark.parametrize("ssp", ["s6", "s4d"])
+def test_surgery_of_float64_parents_copies_every_tensor_bit_identically(ssp):
+    forward, reverse = causal(ssp).double(), causal(ssp).double()
+    # values a float32 round trip would change: float64 noise below float32's resolution
+    with torch.no_grad():
+        for model in (forward, reverse):
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 1e-12)
+    fwd, rev = forward.state_dict(), reverse.state_dict()
+    assert any(not torch.equal(t, t.float().double()) for t in fwd.values() if t.is_floating_point())
+    for result, branch_source in ((to_bidirectional(forward), fwd), (fuse_f1r1(forward, reverse), rev)):
+        out = result.state_dict()
+        for key, value in out.items():
+            match = BRANCH.match(key)
+            if match and match.group(2) == "1":
+                source = branch_source[f"backbone.layers.{match.group(1)}.branches.0.{match.group(3)}"]
+            else:
+                source = fwd[key]
+            assert value.dtype == source.dtype, key
+            assert torch.equal(value, source), key
