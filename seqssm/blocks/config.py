@@ -69,13 +69,23 @@ class BlockConfig:
         return {"kind": self.kind, **dataclasses.asdict(self)}
 
 
+DROPOUT_POSITIONS = ("ssp_output", "ssp_input", "in_proj")  # the Mamba block's; see MambaBlockConfig
+
+
 @dataclass(frozen=True)
 class MambaBlockConfig(BlockConfig):
     """The Mamba block (thesis 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width d_conv
     (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
     rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
     (MambaBi, fig. 16); placebo: the same two branches without the flips. residual_in_fp32 keeps the residual
-    sum in float32 when the model runs in lower precision."""
+    sum in float32 when the model runs in lower precision.
+
+    dropout_position: where the block's feature dropout acts (`DROPOUT_POSITIONS`). "ssp_output" (default): on
+    the SSP's output, before the gate, as the Simple block does. "ssp_input": on the in_proj half that enters the
+    conv1d + SSP, thesis 12.1.4's place ("as close to the SSP as possible" while compatible with the fused
+    Mamba-s6 kernel, which takes in_proj's output and runs conv1d, SSP, gate and out_proj in one call); the
+    thesis's recipes use it. "in_proj": on all of in_proj's output, the gate half too (the thesis authors'
+    public code)."""
 
     kind: ClassVar[str] = "mamba"
     final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
@@ -89,9 +99,12 @@ class MambaBlockConfig(BlockConfig):
     bidirectional: bool = False
     placebo: bool = False
     residual_in_fp32: bool = False
+    dropout_position: str = "ssp_output"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.dropout_position not in DROPOUT_POSITIONS:
+            raise ValueError(f"dropout_position must be one of {DROPOUT_POSITIONS}, got {self.dropout_position!r}")
         if self.bidirectional and self.placebo:
             raise ValueError("choose at most one of bidirectional and placebo")
         if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
