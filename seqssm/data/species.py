@@ -319,7 +319,8 @@ class SpeciesDataModule(SeqDataModule):
                 row.append(Region(chrom, limit))
                 self._check_window_fits(row[-1], limit)
                 if limit is not None and row[-1].length < limit:
-                    warnings.warn(f"{chrom.path}: {row[-1].length} bases, fewer than finetune_bases={limit}", stacklevel=2)
+                    warnings.warn(f"{chrom.path}: {row[-1].length} bases, fewer than finetune_bases={limit}",
+                                  stacklevel=2)
             regions.append(row)
         return regions
 

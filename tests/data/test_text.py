@@ -129,10 +129,12 @@ def test_char_vocabulary_follows_s4s_rule():
 def test_imdb_char_tokens_build_the_vocabulary_from_the_training_split(tmp_path):
     train = [("great film", 1), ("awful, dull", 0), ("café ok", 1)]
     for split, rows in (("train", train), ("test", [("a dull café!", 0)])):
-        pq.write_table(pa.table({"text": [t for t, _ in rows], "label": [y for _, y in rows]}), tmp_path / f"{split}.parquet")
+        table = pa.table({"text": [t for t, _ in rows], "label": [y for _, y in rows]})
+        pq.write_table(table, tmp_path / f"{split}.parquet")
     dm = IMDBDataModule(data_dir=tmp_path, max_length=64, tokens="chars", min_freq=2, batch_size=4)
     expected = CharVocabulary.build([t for t, _ in train], min_freq=2, max_length=64)
-    assert dm.tokenizer.characters == expected.characters and " " in expected.characters and "!" not in expected.characters
+    assert dm.tokenizer.characters == expected.characters
+    assert " " in expected.characters and "!" not in expected.characters
     assert (dm.vocab_size, dm.n_classes, dm.pad_token_id) == (expected.vocab_size, 2, 0)
     dm.setup()
     ids = dm.splits["val"][0][0]
