@@ -5,9 +5,9 @@
 layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
 `seqssm.blocks`, or runs the layers bare (block "none"). Layer "mlp" is the memoryless core: position-wise
 Linear + activation layers with an empty state (the MLP baseline of POPGym: Morad et al. 2023, "POPGym:
-Benchmarking Partially Observable Reinforcement Learning", and of Lu et al. 2023, table 5). `load_core(path)`
-takes the backbone of a supervised checkpoint or exported folder. States are (nested tuples of) tensors with the batch first; the helpers below index,
-reset and reassemble them without knowing the layer.
+Benchmarking Partially Observable Reinforcement Learning"; Lu et al. 2023, table 5). `load_core(path)` takes
+the backbone of a supervised checkpoint or exported folder. States are (nested tuples of) tensors with the
+batch first; the helpers below index, reset and reassemble them without knowing the layer.
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def core_layer(config: CoreConfig) -> nn.Module:
 def build_core(config: CoreConfig) -> BlockStack:
     """The BlockStack that `config` describes: (B, L, d_model) -> (B, L, d_model) with scan/step."""
     if config.layer != MEMORYLESS and config.layer not in LAYERS:
-        raise ValueError(f"unknown sequence layer {config.layer!r}; choose one of {', '.join(LAYERS)}, "
-                         f"or {MEMORYLESS!r} for no memory")
+        raise ValueError(f"unknown sequence layer {config.layer!r}; registered layers: {', '.join(LAYERS)}; "
+                         f"or {MEMORYLESS!r}, the core without memory")
     if config.block not in BLOCKS:
         raise ValueError(f"unknown core block {config.block!r}; choose one of {BLOCKS}")
     if config.n_layers < 1:

@@ -122,7 +122,7 @@ def test_bad_spaces_and_cores_are_named():
         ActorCritic(core, OBS, spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))))
     with pytest.raises(ValueError, match="flat observations.*make_env"):
         ActorCritic(core, spaces.Discrete(4), spaces.Discrete(2))
-    with pytest.raises(ValueError, match="unknown sequence layer 'lstm'; choose one of .*mingru, gru.*or 'mlp' for no memory"):
+    with pytest.raises(ValueError, match="unknown sequence layer 'lstm'; registered layers: .*gru.*; or 'mlp'"):
         build_core(CoreConfig(layer="lstm"))
     with pytest.raises(ValueError, match="unknown core block 'lstm'"):
         build_core(CoreConfig(layer="s5", block="lstm"))

@@ -64,7 +64,7 @@ def test_ssm_lr_scale_sets_the_fraction_of_every_ssm_parameter():
 
 
 @pytest.mark.parametrize("config, message", [
-    (CoreConfig(layer="lstm"), "unknown sequence layer 'lstm'; choose one of .* or 'mlp' for no memory"),
+    (CoreConfig(layer="lstm"), "unknown sequence layer 'lstm'; registered layers: .*; or 'mlp', the core without"),
     (CoreConfig(layer="mlp", block="mamba"), "memoryless core layer 'mlp' runs in block 'residual' or 'none'"),
     (CoreConfig(layer="mlp", block="none", layer_kwargs={"activation": "swish"}), "unknown activation 'swish'"),
 ])

@@ -6,8 +6,9 @@ trains for `epochs` passes over `minibatches` groups of whole environment sequen
 minibatch re-runs its sequences with one `scan` from their stored start state, episode starts
 as resets (Lu et al. 2023, "Structured State Space Models for In-Context Reinforcement Learning",
 3.1). Loss: clipped surrogate + vf_coef * value error (optionally clipped) - ent_coef * entropy,
-gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; the recipes under
-recipes/rl/ hold CPU-sized settings. The losses are plain functions of tensors, tested on their own.
+gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; recipes/rl/popgym_lu2023 runs
+that table's experiments, the other recipes under recipes/rl/ hold CPU-sized settings. The losses are plain
+functions of tensors, tested on their own.
 """
 
 from __future__ import annotations
