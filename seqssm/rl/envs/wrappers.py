@@ -20,7 +20,7 @@ class PreviousActionReward(gym.Wrapper):
 
     def __init__(self, env: gym.Env, reward: bool = True):
         super().__init__(env)
-        self.reward = reward
+        self.include_reward = reward
         self._obs_dim = spaces.flatdim(env.observation_space)
         self._act_dim = spaces.flatdim(env.action_space)
         size = self._obs_dim + self._act_dim + 1 + int(reward)
@@ -28,7 +28,7 @@ class PreviousActionReward(gym.Wrapper):
 
     def _embed(self, obs, action_flat: np.ndarray, reward: float, start: bool) -> np.ndarray:
         flat = spaces.flatten(self.env.observation_space, obs).astype(np.float32, copy=False)
-        tail = [reward, float(start)] if self.reward else [float(start)]
+        tail = [reward, float(start)] if self.include_reward else [float(start)]
         return np.concatenate([flat, action_flat, np.array(tail, np.float32)])
 
     def reset(self, **kwargs):
