@@ -213,11 +213,69 @@ def test_feature_dropout_zeroes_whole_features_and_is_identity_in_eval():
     assert torch.equal(drop(x), x)
 
 
-def test_mamba_dropout_sits_after_the_ssp():
+def test_mamba_dropout_sits_after_the_ssp_by_default():
     block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), dropout=0.999)).train()
+    assert block.dropout_position == "ssp_output"
     x = torch.randn(2, 5, D)
     torch.manual_seed(1)
     # With nearly every SSP feature dropped the block is (almost surely) the identity map.
     torch.testing.assert_close(block(x), x)
     block.eval()
     assert not torch.allclose(block(x), x)
+
+
+class EveryThirdFeatureDropped(torch.nn.Module):
+    """A deterministic stand-in for FeatureDropout: zeroes features 0, 3, 6, ... at every position."""
+
+    def forward(self, t):
+        return t * (torch.arange(t.shape[-1]) % 3 != 0).to(t.dtype)
+
+
+def _masked(t):
+    return EveryThirdFeatureDropped()(t)
+
+
+@pytest.mark.parametrize("position", ["ssp_output", "ssp_input", "in_proj"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_mamba_dropout_position_in_forward_scan_and_step(position, bidirectional):
+    torch.manual_seed(0)
+    config = MambaBlockConfig(SSPConfig("s6", 4), dropout=0.1, dropout_position=position, bidirectional=bidirectional)
+    block = MambaBlock(D, config).double().train()
+    block.dropout = EveryThirdFeatureDropped()
+    x = torch.randn(2, 7, D, dtype=torch.float64)
+    # reference: the block written out, the mask placed by hand
+    xz = block.in_proj(block.norm(x))  # (B, L, 2 d_inner)
+    xi, z = (_masked(xz) if position == "in_proj" else xz).chunk(2, dim=-1)
+    if position == "ssp_input":
+        xi = _masked(xi)
+    y = block.branches[0](xi)
+    if bidirectional:
+        y = y + block.branches[1](xi.flip(1)).flip(1)
+    gated = y * F.silu(z)
+    if position == "ssp_output":
+        gated = _masked(gated)
+    expected = x + block.out_proj(gated)
+    torch.testing.assert_close(block(x), expected, rtol=0, atol=1e-12)
+    if bidirectional:
+        return
+    torch.testing.assert_close(block.scan(x)[0], expected, rtol=0, atol=1e-12)
+    state, steps = block.initial_state(2, dtype=torch.float64), []
+    for t in range(x.shape[1]):
+        y_t, state = block.step(x[:, t], state)
+        steps.append(y_t)
+    torch.testing.assert_close(torch.stack(steps, 1), expected, rtol=0, atol=1e-12)
+
+
+def test_mamba_dropout_at_the_ssp_input_drops_whole_features_of_the_conv_input():
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), dropout=0.5, dropout_position="ssp_input")).train()
+    seen = []
+    branch = block.branches[0]
+    forward = branch.forward_channels_first
+    branch.forward_channels_first = lambda t: (seen.append(t), forward(t))[1]
+    torch.manual_seed(3)
+    block(torch.randn(3, 6, D))
+    xi = seen[0]  # (B, d_inner, L)
+    dropped = (xi == 0).all(dim=2)
+    assert dropped.any() and (~dropped).any() and not ((xi == 0) & ~dropped[..., None]).any()
+    with pytest.raises(ValueError, match="dropout_position"):
+        MambaBlockConfig(dropout_position="after_gate")

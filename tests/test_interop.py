@@ -138,6 +138,18 @@ def test_mamba_ssm_folder(tmp_path, shape):
     torch.testing.assert_close(ours, hf_logits(hf, ids)[..., :vocab], rtol=0, atol=1e-5)
 
 
+def test_imported_models_keep_mambas_settings_not_the_thesis_recipes(tmp_path):
+    # the thesis recipes' initialisation and dropout place are recipe settings: an imported model (no dropout)
+    # and build("mamba-s6") keep mamba_ssm's initialisation and the default place
+    make_hf(**SHAPES["tied"]).save_pretrained(tmp_path / "hf")
+    write_mamba_ssm(tmp_path / "ssm", make_hf(**SHAPES["tied"]), SHAPES["tied"]["vocab_size"], 8)
+    for folder in ("hf", "ssm"):
+        block = SequenceModel.from_pretrained(tmp_path / folder).config.block
+        assert (block.dropout, block.dropout_position, block.ssp.init) == (0.0, "ssp_output", "default")
+    block = build("mamba-s6", vocab_size=12).config.block
+    assert (block.dropout, block.dropout_position, block.ssp.init) == (0.1, "ssp_output", "default")
+
+
 def test_mamba_ssm_layernorm_config(tmp_path):
     hf = make_hf(**SHAPES["tied"])
     write_mamba_ssm(tmp_path, hf, 64, 1)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from seqssm.cli import make_cli
+from seqssm.data import CharVocabulary, IMDBDataModule
 from seqssm.tasks import SequenceTask
 from seqssm.tasks.recipes import read_recipe
 
@@ -38,11 +39,31 @@ def keep_torch_threads():
     torch.set_num_threads(threads)
 
 
+IMDB_TRAIN = [("good " * 8, 1), ("bad", 0)]  # "o" 16 times: the one character at S4's min_freq 15
+
+
+@pytest.fixture(scope="module")
+def imdb_dir(tmp_path_factory):
+    """A few IMDB reviews: the thesis's IMDB recipes build S4's character vocabulary from the training split."""
+    folder = tmp_path_factory.mktemp("imdb")
+    (folder / "train.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in IMDB_TRAIN))
+    (folder / "test.csv").write_text("text,label\nfine,1\n")
+    return folder
+
+
+def recipe_args(recipe: str, imdb_dir: Path) -> list[str]:
+    """`seqssm fit` arguments that build `recipe` here: IMDB recipes read the tiny reviews above."""
+    config = read_recipe(REPO / recipe)
+    if config["data"]["class_path"].endswith("IMDBDataModule"):
+        return ["--config", recipe, "--data.init_args.data_dir", str(imdb_dir)]
+    return ["--config", recipe]
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_recipe_builds(recipe, monkeypatch):
+def test_recipe_builds(recipe, monkeypatch, imdb_dir):
     monkeypatch.chdir(REPO)
     monkeypatch.setattr("sys.argv", ["seqssm"])
-    cli = make_cli(["--config", recipe], run=False)
+    cli = make_cli(recipe_args(recipe, imdb_dir), run=False)
     task, data = cli.model, cli.datamodule
     assert isinstance(task, SequenceTask)
     # the dimensions reached the network through the CLI links
@@ -50,9 +71,18 @@ def test_recipe_builds(recipe, monkeypatch):
     assert task.hparams.n_classes == data.n_classes
     assert task.model.head.out_features == data.n_classes
     assert sum(p.numel() for p in task.model.parameters()) > 0
+    if recipe == "recipes/quickstart.yaml":
+        return
+    # the thesis's settings (recipes/README.md): 12.2.4 initialisation, 12.1.4 dropout place, S4's IMDB characters
+    block = task.model.config.block
+    assert block.ssp.init == "thesis"
+    assert block.kind == "simple" or block.dropout_position == "ssp_input"
+    if isinstance(data, IMDBDataModule):
+        expected = CharVocabulary.build([t for t, _ in IMDB_TRAIN], 15, data.max_length)
+        assert data.tokens == "chars" and data.vocab_size == expected.vocab_size == 3 + 1
 
 
-def test_rope_sweep_grid_builds(tmp_path, monkeypatch):
+def test_rope_sweep_grid_builds(tmp_path, monkeypatch, imdb_dir):
     import importlib.util
 
     import yaml
@@ -68,7 +98,9 @@ def test_rope_sweep_grid_builds(tmp_path, monkeypatch):
     recipe = read_recipe(REPO / "recipes/rope/imdb/mamba-s6.yaml")
     name, rope = next(p for p in points if p[1] and p[1]["trainable"] and p[1]["normalize_len"] and p[1]["targets"] == ["B"])
     path = tmp_path / "point.yaml"
-    path.write_text(yaml.safe_dump(sweep.point_config(recipe, name, rope)))
+    config = sweep.point_config(recipe, name, rope)
+    config["data"]["init_args"]["data_dir"] = str(imdb_dir)
+    path.write_text(yaml.safe_dump(config))
     monkeypatch.setattr("sys.argv", ["seqssm"])
     cli = make_cli(["--config", str(path)], run=False)
     assert cli.model.hparams.model_overrides["rope"] == rope

@@ -53,13 +53,13 @@ def test_f1_reverse_branch_on_a_palindrome_is_the_flipped_forward_branch():
     half = torch.randint(0, 12, (3, 9))
     tokens = torch.cat([half, half.flip(1)], dim=1)  # palindromes
     block = f1.backbone.layers[0]
-    xi, _ = block._project(f1.embed(tokens)).chunk(2, dim=-1)
+    xi, _ = block._project(f1.embed(tokens))
     assert torch.equal(xi, xi.flip(1))
     forward_out = block.branches[0](xi)
     reverse_out = flip_within_lengths(block.branches[1](flip_within_lengths(xi, None)), None)
     torch.testing.assert_close(reverse_out, forward_out.flip(1), rtol=0, atol=1e-6)
     # not vacuous: on a non-palindrome the two differ
-    other, _ = block._project(f1.embed(torch.randint(0, 12, (3, 18)))).chunk(2, dim=-1)
+    other, _ = block._project(f1.embed(torch.randint(0, 12, (3, 18))))
     assert not torch.allclose(block.branches[1](other.flip(1)).flip(1), block.branches[0](other).flip(1), atol=1e-3)
     # so every block's output, and the whole model's features, are palindromes too
     features = f1.features(tokens)
@@ -124,3 +124,25 @@ def test_provenance_of_surgery_folders_and_init_from(tmp_path):
     checkpoint = {}
     task.on_save_checkpoint(checkpoint)
     assert checkpoint["seqssm_provenance"] == expected and task.hparams.init_from == str(fused_dir)
+
+
+@pytest.mark.parametrize("ssp", ["s6", "s4d"])
+def test_surgery_of_float64_parents_copies_every_tensor_bit_identically(ssp):
+    forward, reverse = causal(ssp).double(), causal(ssp).double()
+    # values a float32 round trip would change: float64 noise below float32's resolution
+    with torch.no_grad():
+        for model in (forward, reverse):
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 1e-12)
+    fwd, rev = forward.state_dict(), reverse.state_dict()
+    assert any(not torch.equal(t, t.float().double()) for t in fwd.values() if t.is_floating_point())
+    for result, branch_source in ((to_bidirectional(forward), fwd), (fuse_f1r1(forward, reverse), rev)):
+        out = result.state_dict()
+        for key, value in out.items():
+            match = BRANCH.match(key)
+            if match and match.group(2) == "1":
+                source = branch_source[f"backbone.layers.{match.group(1)}.branches.0.{match.group(3)}"]
+            else:
+                source = fwd[key]
+            assert value.dtype == source.dtype, key
+            assert torch.equal(value, source), key

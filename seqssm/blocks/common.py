@@ -15,8 +15,9 @@ from seqssm.optim import set_ssm_lr_scale
 def make_ssp(config: SSPConfig, d_model: int, **kwargs) -> nn.Module:
     """The sequence primitive (SSP) of a block over d_model channels, (B, L, d_model) -> (B, L, d_model): layer
     `config.layer` ("s4" DPLR, "s4d" diagonal, "s6" selective, ...) with its learning-rate scale, behind RoPE when
-    `config.rope` is set. kwargs: constructor arguments the block adds (the Mamba block's dt_rank for S6)."""
-    layer = build_layer(config.layer, d_model, config.d_state, **config.layer_kwargs, **kwargs)
+    `config.rope` is set, initialised as `config.init` says. kwargs: constructor arguments the block adds (the
+    Mamba block's dt_rank for S6)."""
+    layer = build_layer(config.layer, d_model, config.d_state, **config.layer_arguments(), **kwargs)
     if config.lr_scale is not None:
         set_ssm_lr_scale(layer, config.lr_scale)
     return layer if config.rope is None else RotarySSP(layer, **config.rope)

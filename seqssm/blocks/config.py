@@ -19,6 +19,16 @@ from typing import Any, ClassVar
 from seqssm.layers.registry import layer_entry
 
 
+SSP_INITS = ("default", "thesis")
+# Thesis 12.2.4 as layer arguments: S4's A is its full DPLR form and S4D's the diagonal Λ (both LegS, B the LegS
+# vector in that basis), C ~ N(0, 1), D = 1 by default already; what differs is Δ's distribution and S6's A.
+THESIS_INIT: dict[str, dict[str, Any]] = {
+    "s4": {"dt_distribution": "uniform"},
+    "s4d": {"init": "legs", "dt_distribution": "uniform"},
+    "s6": {"A_init": "legs"},
+}
+
+
 @dataclass(frozen=True)
 class SSPConfig:
     """The sequence primitive of a block.
@@ -28,6 +38,10 @@ class SSPConfig:
     layer's own, 0.1 for S4 / S4D / S6 / LSSL after thesis 12.2.4, 0.2 for S5). rope: options of `RotarySSP`
     (base, trainable, normalize_len, targets) to put RoPE before the SSP ({} for the defaults), None for none.
     layer_kwargs: the layer's other constructor arguments (e.g. {"dt_min": 0.01}).
+    init: "default", each layer's own initialisation (S4 / S4D: the S4 code's, Δ log-uniform in [0.001, 0.1];
+    S6: mamba_ssm's, A_n = -(n + 1)), or "thesis", thesis 12.2.4 for S4, S4D and S6 (`THESIS_INIT`): Δ uniform
+    in (0.001, 0.1) for S4 / S4D, S6's A = Re Λ of the LegS DPLR form (-1/2); B (LegS), C ~ N(0, 1) and D = 1
+    as by default. S6's B, C and Δ come from its input projections either way (12.2.4 says so too).
     """
 
     layer: str = "s6"
@@ -35,15 +49,31 @@ class SSPConfig:
     lr_scale: float | None = None
     rope: dict[str, Any] | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
+    init: str = "default"
 
     def __post_init__(self):
         layer_entry(self.layer)  # an unknown name fails here, listing the registered layers
+        if self.init not in SSP_INITS:
+            raise ValueError(f"SSPConfig.init must be one of {SSP_INITS}, got {self.init!r}")
+        if self.init == "thesis" and self.layer not in THESIS_INIT:
+            raise ValueError(f"init='thesis' (thesis 12.2.4) is defined for the layers {sorted(THESIS_INIT)}, not "
+                             f"{self.layer!r}; use init='default'")
         if self.lr_scale is not None and not self.lr_scale > 0:
             raise ValueError(f"SSPConfig.lr_scale must be positive (or None for the layer's own), got {self.lr_scale}")
         # JSON has no tuples: lists keep a config equal to itself after a round trip through config.json
         if self.rope is not None:
             object.__setattr__(self, "rope", {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope.items()})
         object.__setattr__(self, "layer_kwargs", dict(self.layer_kwargs or {}))
+        self.layer_arguments()  # a layer_kwargs entry that contradicts `init` fails here
+
+    def layer_arguments(self) -> dict[str, Any]:
+        """The layer's constructor arguments besides d_model and d_state: layer_kwargs and those `init` implies."""
+        implied = THESIS_INIT[self.layer] if self.init == "thesis" else {}
+        clash = {k: v for k, v in self.layer_kwargs.items() if k in implied and implied[k] != v}
+        if clash:
+            raise ValueError(f"layer_kwargs {clash} contradict init={self.init!r}, which sets {implied}; drop them "
+                             "or use init='default'")
+        return {**implied, **self.layer_kwargs}
 
 
 @dataclass(frozen=True)
@@ -69,13 +99,23 @@ class BlockConfig:
         return {"kind": self.kind, **dataclasses.asdict(self)}
 
 
+DROPOUT_POSITIONS = ("ssp_output", "ssp_input", "in_proj")  # the Mamba block's; see MambaBlockConfig
+
+
 @dataclass(frozen=True)
 class MambaBlockConfig(BlockConfig):
     """The Mamba block (thesis 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width d_conv
     (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
     rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
     (MambaBi, fig. 16); placebo: the same two branches without the flips. residual_in_fp32 keeps the residual
-    sum in float32 when the model runs in lower precision."""
+    sum in float32 when the model runs in lower precision.
+
+    dropout_position: where the block's feature dropout acts (`DROPOUT_POSITIONS`). "ssp_output" (default): on
+    the SSP's output, before the gate, as the Simple block does. "ssp_input": on the in_proj half that enters the
+    conv1d + SSP, thesis 12.1.4's place ("as close to the SSP as possible" while compatible with the fused
+    Mamba-s6 kernel, which takes in_proj's output and runs conv1d, SSP, gate and out_proj in one call); the
+    thesis's recipes use it. "in_proj": on all of in_proj's output, the gate half too (the thesis authors'
+    public code)."""
 
     kind: ClassVar[str] = "mamba"
     final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
@@ -89,9 +129,12 @@ class MambaBlockConfig(BlockConfig):
     bidirectional: bool = False
     placebo: bool = False
     residual_in_fp32: bool = False
+    dropout_position: str = "ssp_output"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.dropout_position not in DROPOUT_POSITIONS:
+            raise ValueError(f"dropout_position must be one of {DROPOUT_POSITIONS}, got {self.dropout_position!r}")
         if self.bidirectional and self.placebo:
             raise ValueError("choose at most one of bidirectional and placebo")
         if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
@@ -112,7 +155,7 @@ class SimpleBlockConfig(BlockConfig):
 BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig)}
 # flat name of the one-level config of earlier versions -> SSPConfig field (block fields kept their names)
 FLAT_SSP_NAMES = {"ssp": "layer", "d_state": "d_state", "ssp_lr_scale": "lr_scale", "rope": "rope",
-                  "ssp_kwargs": "layer_kwargs"}
+                  "ssp_kwargs": "layer_kwargs", "ssp_init": "init"}
 
 
 def _field_names(cls) -> set[str]:

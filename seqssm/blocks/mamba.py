@@ -62,7 +62,8 @@ class MambaBlock(SequenceLayer):
     """Pre-norm residual Mamba block: x (B, L, d_model) -> (B, L, d_model).
 
     norm -> in_proj to (x, z), 2 x expand x d_model -> conv1d + SiLU -> SSP -> feature dropout ->
-    * SiLU(z) -> out_proj -> + residual. `bidirectional`: a second conv1d + SSP branch runs on each
+    * SiLU(z) -> out_proj -> + residual (dropout there by default; config.dropout_position moves it onto x
+    before the conv1d, thesis 12.1.4, or onto both x and z). `bidirectional`: a second conv1d + SSP branch runs on each
     sequence reversed within its own length and its output, reversed back, is added (non-causal;
     `scan`/`step` raise). `placebo`: the same two branches without the flips (causal). Settings: `config`.
     State: (conv state, SSP state); for placebo, one such pair per branch. With RoPE (config.ssp.rope)
@@ -89,24 +90,33 @@ class MambaBlock(SequenceLayer):
             for _ in range(2 if (config.bidirectional or config.placebo) else 1)
         )
         self.dropout = FeatureDropout(config.dropout)
+        self.dropout_position = config.dropout_position
         self.out_proj = nn.Linear(d_inner, d_model, bias=config.proj_bias)
 
     @property
     def causal(self) -> bool:
         return not self.bidirectional
 
-    def _project(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., d_model) -> in_proj(norm(x)) (..., 2 d_inner): the SSP input and the gate z."""
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., d_model) -> the SSP input xi and the gate z (..., d_inner), halves of in_proj(norm(x)), with
+        the feature dropout of dropout_position "ssp_input" (xi) or "in_proj" (both)."""
         # The norm reads the residual stream in its own dtype (float32 stream, lower-precision weights).
-        return self.in_proj(self.norm(x.to(self.norm.weight.dtype)))
+        xz = self.in_proj(self.norm(x.to(self.norm.weight.dtype)))
+        if self.dropout_position == "in_proj":
+            xz = self.dropout(xz)
+        xi, z = xz.chunk(2, dim=-1)
+        return (self.dropout(xi) if self.dropout_position == "ssp_input" else xi), z
 
     def _channels_first(self, x: torch.Tensor):
         """x (B, L, d_model) -> SSP input, gate z, each (B, d_inner, L): the block's one switch of layout."""
-        return self._project(x).transpose(1, 2).chunk(2, dim=1)
+        return tuple(t.transpose(1, 2) for t in self._project(x))
 
     def _finish(self, residual: torch.Tensor, gated: torch.Tensor) -> torch.Tensor:
-        """residual (..., d_model) + out_proj(dropout(gated)), gated = SSP output * SiLU(z) (..., d_inner)."""
-        out = self.out_proj(self.dropout(gated))  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
+        """residual (..., d_model) + out_proj(gated), gated = SSP output * SiLU(z) (..., d_inner), with the feature
+        dropout of dropout_position "ssp_output" on gated."""
+        if self.dropout_position == "ssp_output":
+            gated = self.dropout(gated)  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
+        out = self.out_proj(gated)
         if self.residual_in_fp32:
             residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
         return residual + out
@@ -137,7 +147,7 @@ class MambaBlock(SequenceLayer):
 
     def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
-        xi, z = self._project(x_t).chunk(2, dim=-1)
+        xi, z = self._project(x_t)
         outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
         return self._finish(x_t, sum(o[0] for o in outs) * F.silu(z)), self._pack([o[1] for o in outs])
 

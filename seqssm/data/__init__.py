@@ -13,7 +13,7 @@ from .errors import DataFormatError, DataNotFoundError
 from .lra import AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule
 from .smnist import SMNISTDataModule
 from .species import SPECIES_SPLITS, SpeciesDataModule
-from .tokenizers import ByteTokenizer, DNATokenizer, ListOpsTokenizer
+from .tokenizers import ByteTokenizer, CharVocabulary, DNATokenizer, ListOpsTokenizer
 
 DATAMODULES = {
     "listops": ListOpsDataModule,
@@ -26,7 +26,8 @@ DATAMODULES = {
 }
 
 __all__ = [
-    "AANDataModule", "ByteTokenizer", "CIFAR10DataModule", "DATAMODULES", "DNATokenizer", "DataFormatError",
+    "AANDataModule", "ByteTokenizer", "CIFAR10DataModule", "CharVocabulary", "DATAMODULES", "DNATokenizer",
+    "DataFormatError",
     "DataNotFoundError", "IMDBDataModule", "ListOpsDataModule", "ListOpsTokenizer", "PadCollate",
     "PathfinderDataModule", "SMNISTDataModule", "SPECIES_SPLITS", "SeqDataModule", "SpeciesDataModule",
 ]

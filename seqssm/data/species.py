@@ -35,6 +35,7 @@ from .tokenizers import DNATokenizer
 TASKS = ("classification", "ntp", "mlm")
 SAMPLINGS = ("hyenadna", "thesis")
 SUBSETS = ("all", "pretrain", "finetune")
+FINETUNE_CHOICES = ("smallest", "first")
 _SPLIT_NAMES = {"train": "train", "val": "valid", "test": "test"}
 
 
@@ -193,8 +194,11 @@ class SpeciesDataModule(SeqDataModule):
     `task="classification"` adds labels (species index, `n_classes = len(species)`); "ntp" and
     "mlm" yield inputs only. `train_subset` picks the training chromosomes: "all" (HyenaDNA),
     or the thesis's limited-finetune split (16.5-16.6): "finetune" = the first `finetune_bases`
-    of one training chromosome per species (`finetune_chromosomes`, default the first in the
-    split, "2"), "pretrain" = every other training chromosome. Validation and test always
+    of one training chromosome per species, "pretrain" = every other training chromosome of every
+    species. Which chromosome (`finetune_chromosomes`): "smallest" (default) the shortest training
+    chromosome of each species, by length in the data (ties: the first in the split), as the thesis
+    authors' code chose them; "first" the split's first training chromosome ("2"); or a dict
+    {species: chromosome} (species it leaves out take the smallest). Validation and test always
     use the validation/test chromosomes. `generate=True` writes synthetic genomes
     (`generate_length` bases per chromosome) into `data_dir` for species that are absent.
     """
@@ -205,7 +209,7 @@ class SpeciesDataModule(SeqDataModule):
                  seed: int = 42, cache_dir=None, species: Sequence[str] = DEFAULT_SPECIES,
                  task: str = "classification", sampling: str = "hyenadna", end_token: str = "N",
                  reverse: bool = False, train_subset: str = "all", finetune_bases: int = 1_000_000,
-                 finetune_chromosomes: dict[str, str] | None = None, train_size: int = 100_000,
+                 finetune_chromosomes: str | dict[str, str] = "smallest", train_size: int = 100_000,
                  val_size: int = 2048, test_size: int = 2048, generate: bool = False,
                  generate_length: int = 200_000):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
@@ -221,8 +225,9 @@ class SpeciesDataModule(SeqDataModule):
         self.species = list(species)
         self.task, self.sampling, self.end_token, self.reverse = task, sampling, end_token, reverse
         self.train_subset, self.finetune_bases = train_subset, finetune_bases
-        self.finetune_chromosomes = {s: SPECIES_SPLITS[s]["train"][0] for s in self.species}
-        self.finetune_chromosomes.update(finetune_chromosomes or {})
+        self.finetune_chromosomes = self._check_finetune_choice(finetune_chromosomes)
+        self._finetune: dict[str, str] = {}  # species -> its finetuning chromosome, once resolved
+        self._opened: dict[tuple[str, str], Chromosome] = {}
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         for split, size in self.sizes.items():
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -243,38 +248,79 @@ class SpeciesDataModule(SeqDataModule):
 
                 write_genomes(self.data_dir, absent, chrom_length=self.generate_length, seed=self.seed)
 
+    def _check_finetune_choice(self, choice: str | dict[str, str]) -> str | dict[str, str]:
+        if isinstance(choice, str):
+            if choice not in FINETUNE_CHOICES:
+                raise ValueError(f"finetune_chromosomes must be one of {FINETUNE_CHOICES} or a dict {{species: "
+                                 f"chromosome}}, got {choice!r}")
+            return choice
+        if not isinstance(choice, dict):
+            raise ValueError(f"finetune_chromosomes must be one of {FINETUNE_CHOICES} or a dict {{species: "
+                             f"chromosome}}, got {type(choice).__name__}")
+        for s, c in choice.items():
+            if s not in self.species:
+                raise ValueError(f"finetune_chromosomes names species {s!r}, not one of species={self.species}")
+            if str(c) not in SPECIES_SPLITS[s]["train"]:
+                raise ValueError(f"finetune_chromosomes: chromosome {c!r} of {s} is not a training chromosome; "
+                                 f"choose one of {SPECIES_SPLITS[s]['train']}")
+        return {s: str(c) for s, c in choice.items()}
+
+    def finetune_chromosome(self, species: str) -> str:
+        """The training chromosome of `species` that the limited-finetune split finetunes on (`finetune_chromosomes`);
+        "smallest" opens the species' training chromosomes to compare their lengths."""
+        if species not in self._finetune:
+            choice = self.finetune_chromosomes
+            names = SPECIES_SPLITS[species]["train"]
+            if isinstance(choice, dict) and species in choice:
+                self._finetune[species] = choice[species]
+            elif choice == "first":
+                self._finetune[species] = names[0]
+            else:  # the smallest; min keeps the first of equal lengths
+                self._finetune[species] = min(names, key=lambda c: self._chromosome(species, c).length)
+        return self._finetune[species]
+
     def chromosomes(self, split: str) -> dict[str, list[str]]:
         """{species: chromosome names} used by `split` ("train", "val", "test") under `train_subset`."""
         out = {}
         for s in self.species:
             names = SPECIES_SPLITS[s][_SPLIT_NAMES[split]]
             if split == "train" and self.train_subset == "finetune":
-                names = [self.finetune_chromosomes[s]]
+                names = [self.finetune_chromosome(s)]
             elif split == "train" and self.train_subset == "pretrain":
-                names = [c for c in names if c != self.finetune_chromosomes[s]]
+                names = [c for c in names if c != self.finetune_chromosome(s)]
             out[s] = names
         return out
+
+    def _chromosome(self, species: str, chrom: str) -> Chromosome:
+        """Chromosome `chrom` of `species` from data_dir (opened once); a missing file raises with the layout and
+        the command that fetches it."""
+        key = (species, chrom)
+        if key not in self._opened:
+            command = download_command("species", self.data_dir, f" --species {species}")
+            if species not in DEFAULT_SPECIES:  # not among the downloadable genomes
+                command = (f"seqssm data prepare species --species {species} --out {self.data_dir}   (synthetic; "
+                           f"for the real genome place {species}'s chromosome FASTA files from NCBI there)")
+            fix = f"delete it and download it again:\n    {command}"
+            path = find_chromosome(self.data_dir / species, chrom, fix)
+            if path is None:
+                layout = (f"<data_dir>/{species}/chr{{C}}.fna (or .fa, .fna.gz) for C in train "
+                          f"{SPECIES_SPLITS[species]['train']}, valid {_STD_VALID}, test {_STD_TEST}")
+                raise missing(self.data_dir / species / f"chr{chrom}.fna", layout, command)
+            self._opened[key] = Chromosome(path, species, chrom, fix)
+        return self._opened[key]
 
     def _regions(self, split: str) -> list[list[Region]]:
         regions = []
         for s, names in self.chromosomes(split).items():
             row = []
-            command = download_command("species", self.data_dir, f" --species {s}")
-            if s not in DEFAULT_SPECIES:  # not among the downloadable genomes
-                command = (f"seqssm data prepare species --species {s} --out {self.data_dir}   (synthetic; "
-                           f"for the real genome place {s}'s chromosome FASTA files from NCBI there)")
-            fix = f"delete it and download it again:\n    {command}"
             for c in names:
-                path = find_chromosome(self.data_dir / s, c, fix)
-                if path is None:
-                    layout = (f"<data_dir>/{s}/chr{{C}}.fna (or .fa, .fna.gz) for C in train "
-                              f"{SPECIES_SPLITS[s]['train']}, valid {_STD_VALID}, test {_STD_TEST}")
-                    raise missing(self.data_dir / s / f"chr{c}.fna", layout, command)
+                chrom = self._chromosome(s, c)
                 limit = self.finetune_bases if split == "train" and self.train_subset == "finetune" else None
-                row.append(Region(Chromosome(path, s, c, fix), limit))
+                row.append(Region(chrom, limit))
                 self._check_window_fits(row[-1], limit)
                 if limit is not None and row[-1].length < limit:
-                    warnings.warn(f"{path}: {row[-1].length} bases, fewer than finetune_bases={limit}", stacklevel=2)
+                    warnings.warn(f"{chrom.path}: {row[-1].length} bases, fewer than finetune_bases={limit}",
+                                  stacklevel=2)
             regions.append(row)
         return regions
 

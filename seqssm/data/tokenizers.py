@@ -2,11 +2,16 @@
 
 - `ListOpsTokenizer`: S4's ListOps tokens in a fixed order (vocab 18).
 - `ByteTokenizer`: UTF-8 bytes shifted past three specials (vocab 259), LRA's byte level.
+- `CharVocabulary`: the characters of a training text (those seen at least `min_freq` times) plus three
+  specials, S4's IMDB vocabulary; built from the data, so its size is known once the training split is read.
 - `DNATokenizer`: HyenaDNA's character tokenizer ids (vocab 12).
 Pixel datasets need no tokenizer: a grayscale value 0..255 is its own token (vocab 256).
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -56,6 +61,50 @@ class ByteTokenizer:
         """Text of ids (specials dropped)."""
         ids = np.asarray(ids)
         return bytes((ids[ids >= self.offset] - self.offset).astype(np.uint8)).decode("utf-8", "replace")
+
+
+class CharVocabulary:
+    """Character level over a vocabulary built from training texts, as S4's IMDB loader builds it (S4 code,
+    src/dataloaders/lra.py, level "char"): `<pad>`=0, `<unk>`=1, `<eos>`=2, then every character (Unicode code
+    point) seen at least `min_freq` times in the training texts, each text cut to its first max_length - 1
+    characters, most frequent first and ties in character order. Unknown characters read as `<unk>`."""
+
+    SPECIALS = ("<pad>", "<unk>", "<eos>")
+    pad_token_id, unk_token_id, eos_token_id = 0, 1, 2
+    MIN_FREQ = 15  # S4's IMDB setting (its dataset config: "char level, min_freq=15: vocab ~ 135" at L=4096)
+
+    def __init__(self, characters: Sequence[str]):
+        bad = [c for c in characters if not isinstance(c, str) or len(c) != 1]
+        if bad or len(set(characters)) != len(characters):
+            raise ValueError(f"a CharVocabulary takes distinct single characters, got {bad[:5] or 'repeats'}")
+        self.characters = list(characters)
+        self.index = {c: i + len(self.SPECIALS) for i, c in enumerate(self.characters)}
+        self.vocab_size = len(self.SPECIALS) + len(self.characters)
+
+    @classmethod
+    def build(cls, texts: Iterable[str], min_freq: int = MIN_FREQ, max_length: int | None = None) -> "CharVocabulary":
+        """The vocabulary of `texts` (the training split): characters with >= min_freq occurrences in the texts'
+        first max_length - 1 characters (all of each text if max_length is None)."""
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"min_freq must be an integer >= 1, got {min_freq!r}")
+        cut = None if max_length is None else max_length - 1
+        counts = Counter()
+        for text in texts:
+            counts.update(text[:cut])
+        frequent = sorted(((-n, c) for c, n in counts.items() if n >= min_freq))
+        return cls([c for _, c in frequent])
+
+    def encode(self, text: str, max_length: int | None = None) -> np.ndarray:
+        """uint16 ids (n,) of `text`'s characters then `<eos>`, n <= max_length."""
+        cut = None if max_length is None else max_length - 1
+        ids = [self.index.get(c, self.unk_token_id) for c in text[:cut]]
+        ids.append(self.eos_token_id)
+        return np.asarray(ids, dtype=np.uint16)
+
+    def decode(self, ids) -> str:
+        """Text of ids; `<unk>` written as U+FFFD, other specials dropped."""
+        names = ["", "\ufffd", ""] + self.characters
+        return "".join(names[i] for i in np.asarray(ids).tolist())
 
 
 class DNATokenizer:

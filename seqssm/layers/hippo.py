@@ -12,6 +12,7 @@ import math
 import torch
 
 S4D_INITS = ("legs", "lin", "inv")
+DT_DISTRIBUTIONS = ("log-uniform", "uniform")
 
 
 def hippo_legs(N: int, dtype: torch.dtype = torch.float64):
@@ -74,9 +75,20 @@ def s4_init(N: int, H: int, dtype: torch.dtype = torch.float32):
     return tuple(t.to(cdtype).expand(H, -1).clone() for t in (Lambda, P, B))
 
 
-def log_dt_init(H: int, dt_min: float = 0.001, dt_max: float = 0.1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """log Δ (H,), Δ log-uniform in [dt_min, dt_max]."""
+def log_dt_init(H: int, dt_min: float = 0.001, dt_max: float = 0.1, dtype: torch.dtype = torch.float32,
+                distribution: str = "log-uniform") -> torch.Tensor:
+    """log Δ (H,), Δ in [dt_min, dt_max]: log-uniform (the S4 papers' and code's), or "uniform" (thesis 12.2.4)."""
     if not 0 < dt_min <= dt_max:
         raise ValueError(f"need 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
+    if distribution not in DT_DISTRIBUTIONS:
+        raise ValueError(f"unknown Δ distribution {distribution!r}; choose one of {DT_DISTRIBUTIONS}")
     u = torch.rand(H, dtype=torch.float64)
+    if distribution == "uniform":
+        return torch.log(dt_min + u * (dt_max - dt_min)).to(dtype)
     return (math.log(dt_min) + u * (math.log(dt_max) - math.log(dt_min))).to(dtype)
+
+
+def legs_real_part(N: int) -> torch.Tensor:
+    """Re Λ (N,) of the LegS DPLR form, float64: -1/2 for every mode and its conjugate (`legs_nplr`); S6's A under
+    thesis 12.2.4 ("In s6 the A matrix is initialized as Re(Λ) from the DPLR decomposition"), any N."""
+    return torch.full((N,), -0.5, dtype=torch.float64)

@@ -26,15 +26,18 @@ from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, re
 
 
 class S4(ConvolutionalSSM):
-    """DPLR SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state) real."""
+    """DPLR SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state) real.
 
-    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
+    dt_distribution: Δ "log-uniform" (default) or "uniform" in [dt_min, dt_max]."""
+
+    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1,
+                 dt_distribution: str = "log-uniform"):
         super().__init__()
         if d_state % 2:
             raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
         self.d_model, self.d_state = d_model, d_state
         Lambda, P, B = s4_init(d_state, d_model)
-        init_diagonal_ssm(self, Lambda, B, dt_min, dt_max)
+        init_diagonal_ssm(self, Lambda, B, dt_min, dt_max, dt_distribution)
         self.P = ssm_param(torch.view_as_real(P))  # the low-rank term: A = Λ - p p^*
 
     def dplr(self, dtype: torch.dtype):

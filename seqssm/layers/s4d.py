@@ -29,15 +29,17 @@ from seqssm.ops.ssm_kernels import (
 )
 
 
-def init_diagonal_ssm(layer: nn.Module, A: torch.Tensor, B: torch.Tensor, dt_min: float, dt_max: float) -> None:
+def init_diagonal_ssm(layer: nn.Module, A: torch.Tensor, B: torch.Tensor, dt_min: float, dt_max: float,
+                      dt_distribution: str = "log-uniform") -> None:
     """Give `layer` (with d_model, d_state) the parameters S4 and S4D share (thesis 12.2.4): A (H, N/2) as
-    Re A = -exp(log_A_real) < 0 and A_imag, B (H, N/2), C ~ N(0, 1) complex, Δ log-uniform in
-    [dt_min, dt_max], all tagged as SSM parameters, and D = 1."""
+    Re A = -exp(log_A_real) < 0 and A_imag, B (H, N/2), C ~ N(0, 1) complex (unscaled: E|C|^2 = 1), Δ in
+    [dt_min, dt_max] log-uniform (S4's code) or uniform (`dt_distribution`, thesis 12.2.4), all tagged as
+    SSM parameters, and D = 1."""
     layer.log_A_real = ssm_param(torch.log(-A.real))
     layer.A_imag = ssm_param(A.imag)
     layer.B = ssm_param(torch.view_as_real(B))
     layer.C = ssm_param(torch.view_as_real(torch.randn(layer.d_model, layer.d_state // 2, dtype=torch.complex64)))
-    layer.log_dt = ssm_param(log_dt_init(layer.d_model, dt_min, dt_max))
+    layer.log_dt = ssm_param(log_dt_init(layer.d_model, dt_min, dt_max, distribution=dt_distribution))
     layer.D = nn.Parameter(torch.ones(layer.d_model))
 
 
@@ -60,7 +62,8 @@ class ConvolutionalSSM(SequenceLayer):
 class S4D(ConvolutionalSSM):
     """Diagonal SSM layer: x (B, L, d_model) -> y (B, L, d_model); state (B, d_model, d_state/2) complex.
 
-    init: "legs" (S4D-LegS, default), "lin" or "inv"; discretization: "zoh" (default) or "bilinear".
+    init: "legs" (S4D-LegS, default), "lin" or "inv"; discretization: "zoh" (default) or "bilinear";
+    dt_distribution: Δ "log-uniform" (default) or "uniform" in [dt_min, dt_max].
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class S4D(ConvolutionalSSM):
         dt_max: float = 0.1,
         init: str = "legs",
         discretization: str = "zoh",
+        dt_distribution: str = "log-uniform",
     ):
         super().__init__()
         if discretization not in DISCRETIZATIONS:
@@ -78,7 +82,7 @@ class S4D(ConvolutionalSSM):
         if d_state % 2:
             raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
         self.d_model, self.d_state, self.discretization = d_model, d_state, discretization
-        init_diagonal_ssm(self, *s4d_init(d_state, d_model, init), dt_min, dt_max)
+        init_diagonal_ssm(self, *s4d_init(d_state, d_model, init), dt_min, dt_max, dt_distribution)
 
     def discrete(self, dtype: torch.dtype):
         """-> log Ā, B̄, C, each (H, N/2) complex in `dtype`'s precision."""

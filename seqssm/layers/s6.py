@@ -9,8 +9,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.layers.base import ChannelsFirstLayer, check_steps, compute_dtype, promoted_call, ssm_param, step_system
+from seqssm.layers.hippo import legs_real_part
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
+
+S6_A_INITS = ("mamba", "legs")
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -24,8 +27,9 @@ class S6(ChannelsFirstLayer):
     It computes channels first, (B, d_model, L) as mamba_ssm's kernels do; `scan_projected` and
     `step_projected` run it on Δ, B and C that the caller projected (RoPE on some of them, say).
 
-    A = -exp(A_log) (S4D-Real, A_n = -(n + 1) at init) stays negative; Δ = softplus(dt_proj(.) + bias)
-    with the bias set so that Δ starts log-uniform in [dt_min, dt_max]; B, C from `x_proj`; D = 1.
+    A = -exp(A_log) stays negative; at init A_n = -(n + 1) (S4D-Real, mamba_ssm's; A_init="mamba") or A = Re Λ
+    of the LegS DPLR form, -1/2 everywhere (A_init="legs", thesis 12.2.4). Δ = softplus(dt_proj(.) + bias) with
+    the bias set so that Δ starts log-uniform in [dt_min, dt_max]; B, C from `x_proj`; D = 1.
     """
 
     def __init__(
@@ -38,6 +42,7 @@ class S6(ChannelsFirstLayer):
         dt_init_floor: float = 1e-4,
         dt_scale: float = 1.0,
         backend: str = "auto",
+        A_init: str = "mamba",
     ):
         super().__init__()
         if dt_rank == "auto":
@@ -52,8 +57,13 @@ class S6(ChannelsFirstLayer):
         dt = torch.exp(torch.rand(d_model) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
         with torch.no_grad():
             self.dt_proj.bias.copy_(inverse_softplus(dt.clamp(min=dt_init_floor)))
-        A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_model, 1)
-        self.A_log = ssm_param(torch.log(A))
+        if A_init not in S6_A_INITS:
+            raise ValueError(f"unknown S6 A_init {A_init!r}; choose one of {S6_A_INITS}")
+        if A_init == "legs":
+            A = -legs_real_part(d_state).to(torch.float32).repeat(d_model, 1)
+        else:
+            A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(d_model, 1)
+        self.A_log = ssm_param(torch.log(A))  # A = -exp(A_log)
         self.D = tag_param(nn.Parameter(torch.ones(d_model)), lr_scale=1.0, weight_decay=0.0)
 
     @property

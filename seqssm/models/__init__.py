@@ -1,13 +1,16 @@
 """Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, the thesis models."""
 
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.registry import BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, VARIANTS, build, model_config, parse_name
+from seqssm.models.registry import (
+    BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, THESIS_TABLE6_VOCAB_SIZE, VARIANTS, build, model_config, parse_name
+)
 from seqssm.models.sequence_model import SequenceModel, sample_next
 
 __all__ = [
     "BASE_NAMES",
     "THESIS_TABLE3",
     "THESIS_TABLE6",
+    "THESIS_TABLE6_VOCAB_SIZE",
     "VARIANTS",
     "SequenceModel",
     "SequenceModelConfig",

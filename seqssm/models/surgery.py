@@ -7,9 +7,15 @@
 - `fuse_f1r1(forward, reverse)` (F1R1): the same, but each block's reverse branch comes from a
   second causal model trained on reversed sequences; everything else from the forward model.
 
-Widths stay the causal model's (thesis 16.7.2: F1 reaches its larger parameter count only when
-its SSPs are duplicated), so F1 of Mamba-s6 at d=116 is Mamba-s6-Bi at d=116, not the
-parameter-matched d=107 of table 6.
+Widths are the parents': the result is the bidirectional model at the causal model's d_model. Thesis
+16.7.2: "during pretraining F1 has reduced parameter count: Only by the stage of finetuning when its
+SSPs are duplicated does F1 reach the full parameter count prescribed in table 6." So the causal
+model that F1 / F1R1 start from is pretrained at the bidirectional model's width (Mamba-s6 at d=107),
+and the surgery brings it to Mamba-s6-Bi at d=107, the parameter count of table 6's bidirectional row.
+(Surgery on a model at the causal width, d=116, gives Mamba-s6-Bi at d=116: about 16% more parameters
+than the parameter-matched arms; `seqssm study species --f1-width causal` runs that setting.)
+
+Every tensor keeps its parent's dtype and value bit for bit (a float64 parent gives a float64 result).
 
 Parents may be given as models or as paths (a seqssm folder or a task's Lightning .ckpt); the
 result's `provenance` names the operation and each parent's path and own provenance, and
@@ -78,9 +84,16 @@ def _assemble(forward: SequenceModel, reverse: SequenceModel) -> SequenceModel:
         match = _FIRST_BRANCH.match(key)
         if match:
             state[match.group(1) + "1." + key[match.end():]] = value.detach().clone()
+    # Each tensor of the target takes its source's dtype before the copy, so that nothing is rounded through
+    # the dtype the target was built in (float32): a float64 parent gives a bit-identical float64 model.
+    target_tensors = dict(target.named_parameters())
+    target_tensors.update(target.named_buffers())
+    for key, tensor in target_tensors.items():
+        if key in state and tensor.dtype != state[key].dtype:
+            tensor.data = tensor.data.to(state[key].dtype)
     # strict: every tensor of the bidirectional model is accounted for, nothing is left over
     target.load_state_dict(state)
-    return target.to(next(forward.parameters()).dtype)
+    return target
 
 
 def to_bidirectional(model: SequenceModel | str | Path) -> SequenceModel:

@@ -9,6 +9,7 @@ an episode starts, so the two give the same numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
@@ -19,10 +20,12 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from seqssm.models.sequence_model import SequenceModel
-from seqssm.rl.core import CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
+from seqssm.rl.core import (
+    ACTIVATIONS, CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
+)
 from seqssm.rl.env_loop import ActOutput
 
-ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+INITS = ("default", "orthogonal")
 SUPPORTED_ACTIONS = "Discrete, MultiDiscrete or a 1-d Box"
 
 
@@ -175,10 +178,39 @@ class ActorCritic(nn.Module):
         return EvaluateOutput(policy.log_prob(actions), policy.entropy(), self.critic(h).squeeze(-1), state)
 
 
+def orthogonal_init(agent: ActorCritic) -> None:
+    """Initialise `agent` as Lu et al.'s public code does (CleanRL's scheme): orthogonal weights and zero biases,
+    gain sqrt(2) in the encoder, 2 in the heads' hidden layers, 0.01 in the actor's last layer, 1 in the critic's.
+    An `nn.GRU` in the core gets the initialisation of flax's GRUCell, the code's GRU: LeCun-normal input weights,
+    an orthogonal recurrent matrix per gate, zero biases. Every other core layer keeps its own initialisation."""
+    def linears(module: nn.Module) -> list[nn.Linear]:
+        return [m for m in module.modules() if isinstance(m, nn.Linear)]
+
+    with torch.no_grad():
+        for layers, gain, last_gain in ((linears(agent.encoder), math.sqrt(2), math.sqrt(2)),
+                                        (linears(agent.actor.net), 2.0, 0.01), (linears(agent.critic), 2.0, 1.0)):
+            for i, layer in enumerate(layers):
+                nn.init.orthogonal_(layer.weight, last_gain if i == len(layers) - 1 else gain)
+                nn.init.zeros_(layer.bias)
+        for gru in (m for m in agent.core.modules() if isinstance(m, nn.GRU)):
+            for name, param in gru.named_parameters():
+                if name.startswith("weight_ih"):
+                    # flax's lecun_normal: a normal truncated at 2 std, scaled so the variance is 1 / fan_in
+                    std = 1 / math.sqrt(param.shape[1]) / 0.87962566103423978
+                    nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
+                elif name.startswith("weight_hh"):
+                    for gate in param.chunk(3, dim=0):
+                        nn.init.orthogonal_(gate)
+                else:
+                    nn.init.zeros_(param)
+
+
 @dataclass
 class AgentConfig:
     """What `build_agent` builds: the core (or `core_init_from`: a `seqssm fit` checkpoint or exported folder,
-    whose backbone replaces `core`), MLP sizes of the encoder (before the core's d_model) and heads."""
+    whose backbone replaces `core`), MLP sizes of the encoder (before the core's d_model) and heads, their
+    activation, and the initialisation of the agent's own layers: "default" (torch's, the actor's last layer
+    scaled to 0.01) or "orthogonal" (Lu et al.'s public code, see `orthogonal_init`)."""
 
     LIMITS: ClassVar[dict[str, str]] = {"encoder": ">= 1", "actor": ">= 1", "critic": ">= 1"}
 
@@ -188,6 +220,7 @@ class AgentConfig:
     actor: list[int] = field(default_factory=lambda: [128, 128])
     critic: list[int] = field(default_factory=lambda: [128, 128])
     activation: str = "leaky_relu"
+    init: str = "default"
 
     @property
     def memory(self) -> str:
@@ -199,6 +232,8 @@ def build_agent(config: AgentConfig, observation_space: spaces.Space, action_spa
                 core_model_config: dict | None = None) -> ActorCritic:
     """The ActorCritic of `config`. core_model_config (from an agent checkpoint) rebuilds a core that was
     loaded from a supervised model, without the original file; the agent keeps it as `core_model_config`."""
+    if config.init not in INITS:
+        raise ValueError(f"unknown init {config.init!r}; choose one of {INITS}")
     if core_model_config is not None:
         core = core_from_model_config(core_model_config)
     elif config.core_init_from:
@@ -207,5 +242,7 @@ def build_agent(config: AgentConfig, observation_space: spaces.Space, action_spa
         core = build_core(config.core)
     agent = ActorCritic(core, observation_space, action_space, encoder=config.encoder, actor=config.actor,
                         critic=config.critic, activation=config.activation)
+    if config.init == "orthogonal":
+        orthogonal_init(agent)
     agent.core_model_config = core_model_config
     return agent

@@ -3,9 +3,11 @@
 `build_core(CoreConfig(...))` wraps a primitive in the residual block of van Gelooven 2025 thesis, 4.1
 ("On the Application of State Space Models to Partially Observable Markov Decision Processes":
 layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
-`seqssm.blocks`. `load_core(path)` takes the backbone of a supervised checkpoint or exported
-folder. States are (nested tuples of) tensors with the batch first; the helpers below index,
-reset and reassemble them without knowing the layer.
+`seqssm.blocks`, or runs the layers bare (block "none"). Layer "mlp" is the memoryless core: position-wise
+Linear + activation layers with an empty state (the MLP baseline of POPGym: Morad et al. 2023, "POPGym:
+Benchmarking Partially Observable Reinforcement Learning"; Lu et al. 2023, table 5). `load_core(path)` takes
+the backbone of a supervised checkpoint or exported folder. States are (nested tuples of) tensors with the
+batch first; the helpers below index, reset and reassemble them without knowing the layer.
 """
 
 from __future__ import annotations
@@ -20,26 +22,36 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
-from seqssm.layers.base import where_state
-from seqssm.layers.registry import build_layer, layer_entry
+from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call, where_state
+from seqssm.layers.registry import LAYERS, build_layer
 from seqssm.models.sequence_model import SequenceModel
+from seqssm.optim import set_ssm_lr_scale
 
-BLOCKS = ("residual", "mamba", "simple")
-ACTIVATIONS = ("gelu", "glu")
+BLOCKS = ("residual", "mamba", "simple", "none")
+RESIDUAL_ACTIVATIONS = ("gelu", "glu")
+MEMORYLESS = "mlp"  # the core layer without memory (`FeedForward`)
+# The activations of the agent's MLPs and of the memoryless core, by name.
+ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 
 @dataclass
 class CoreConfig:
     """A memory core: `n_layers` blocks of kind `block` around primitive `layer`, width d_model.
 
-    layer: any name of `seqssm.layers.LAYERS` (s5 s6 s4d s4 mingru gru kalman vssm lssl ...). d_state: the
-    layer's state size (P for S5, d_hidden for (min)GRU); None keeps the layer's default. block "residual"
-    (activation "gelu" or "glu", van Gelooven 2025 thesis, eq. 4.1), or "mamba" / "simple" (seqssm.blocks).
-    layer_kwargs go to the primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). Defaults: Lu et al.
-    2023, table 3 (4 S5 layers of width 256); the CPU recipes under recipes/rl/ are much smaller.
+    layer: any name of `seqssm.layers.LAYERS` (s5 s6 s4d s4 mingru gru kalman vssm lssl ...), or "mlp": no
+    memory (`FeedForward`; layer_kwargs {activation: ...}, default leaky_relu). d_state: the layer's state
+    size (P for S5, d_hidden for (min)GRU); None keeps the layer's default. block "residual" (van Gelooven 2025
+    thesis, fig. 4.1: activation "gelu" or "glu" (eq. 4.1); norm False drops its LayerNorm: x + act(layer(x)),
+    as Lu et al.'s public code runs S5), "mamba" / "simple" (seqssm.blocks), or "none": the layers alone, one
+    after the other (a GRU core as Lu et al.'s code runs it; the MLP baseline). layer_kwargs go to the
+    primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). ssm_lr_scale: the fraction of the learning rate
+    the layers' SSM parameters train at (None: each layer's own, e.g. S5's 0.2; 1.0: one learning rate for all,
+    as Lu et al. 2023, table 3). Defaults: Lu et al. 2023, table 3 (4 S5 layers of width 256); the CPU recipes
+    under recipes/rl/ are much smaller.
     """
 
-    LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "dropout": "[0, 1)"}
+    LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "dropout": "[0, 1)",
+                                        "ssm_lr_scale": "> 0"}
 
     layer: str = "s5"
     d_model: int = 256
@@ -47,25 +59,55 @@ class CoreConfig:
     n_layers: int = 4
     block: str = "residual"
     activation: str = "gelu"
+    norm: bool = True
     dropout: float = 0.0
+    ssm_lr_scale: float | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class FeedForward(SequenceLayer):
+    """The memoryless core layer: x (B, L, d_model) -> activation(Linear(x)) at each position on its own.
+
+    Its state is the empty tuple: nothing is carried between steps, so resets change nothing. Two of them
+    are the memory model of POPGym's MLP baseline (Morad et al. 2023: Linear + LeakyReLU, twice).
+    """
+
+    def __init__(self, d_model: int, activation: str = "leaky_relu"):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {tuple(ACTIVATIONS)}")
+        self.d_model = d_model
+        self.linear = nn.Linear(d_model, d_model)
+        self.activation = ACTIVATIONS[activation]()
+
+    def _scan(self, x, state, resets, mask):
+        return mask_outputs(mask, self.activation(promoted_call(self.linear, x))), ()
+
+    def _step(self, x_t, state):
+        return self.activation(promoted_call(self.linear, x_t)), ()
+
+    def initial_state(self, batch_size: int, device=None, dtype=None) -> tuple:
+        """The empty tuple: a memoryless layer has no state."""
+        return ()
 
 
 class ResidualBlock(WrapperBlock):
     """Post-norm residual block (van Gelooven 2025 thesis, fig. 4.1): x (B, L, d) -> LN(x + dropout(act(layer(x)))).
 
     activation "gelu", or "glu": Linear(d, 2d) on GELU(y), halves (a, g) -> a * sigmoid(g) (van Gelooven
-    2025 thesis, eq. 4.1, helpful on MemoryCorridor). State: the layer's.
+    2025 thesis, eq. 4.1, helpful on MemoryCorridor; the "full_glu" of Lu et al.'s code). norm=False drops
+    the LayerNorm: x + dropout(act(layer(x))). State: the layer's.
     """
 
-    def __init__(self, layer: nn.Module, d_model: int, activation: str = "gelu", dropout: float = 0.0):
+    def __init__(self, layer: nn.Module, d_model: int, activation: str = "gelu", dropout: float = 0.0,
+                 norm: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; choose one of {ACTIVATIONS}")
+        if activation not in RESIDUAL_ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose one of {RESIDUAL_ACTIVATIONS}")
         self.layer, self.activation = layer, activation
         self.glu = nn.Linear(d_model, 2 * d_model) if activation == "glu" else None
         self.dropout = FeatureDropout(dropout)
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model) if norm else nn.Identity()
 
     @property
     def inner(self) -> nn.Module:
@@ -78,20 +120,37 @@ class ResidualBlock(WrapperBlock):
         return self.norm(x + self.dropout(y))
 
 
+def core_layer(config: CoreConfig) -> nn.Module:
+    """One primitive of the core: layer `config.layer` (or the memoryless `FeedForward`) of width d_model."""
+    if config.layer == MEMORYLESS:
+        return FeedForward(config.d_model, **config.layer_kwargs)
+    return build_layer(config.layer, config.d_model, config.d_state, **config.layer_kwargs)
+
+
 def build_core(config: CoreConfig) -> BlockStack:
     """The BlockStack that `config` describes: (B, L, d_model) -> (B, L, d_model) with scan/step."""
-    layer_entry(config.layer)  # an unknown name fails here, listing the registered layers
+    if config.layer != MEMORYLESS and config.layer not in LAYERS:
+        raise ValueError(f"unknown sequence layer {config.layer!r}; registered layers: {', '.join(LAYERS)}; "
+                         f"or {MEMORYLESS!r}, the core without memory")
     if config.block not in BLOCKS:
         raise ValueError(f"unknown core block {config.block!r}; choose one of {BLOCKS}")
     if config.n_layers < 1:
         raise ValueError(f"core n_layers must be >= 1, got {config.n_layers}")
     if config.block == "residual":
-        blocks = [ResidualBlock(build_layer(config.layer, config.d_model, config.d_state, **config.layer_kwargs),
-                                config.d_model, config.activation, config.dropout) for _ in range(config.n_layers)]
-        return BlockStack(blocks, nn.Identity())
-    d_state = config.d_state if config.d_state is not None else (16 if config.block == "mamba" else 64)
-    return make_stack(config.block, config.d_model, config.n_layers, ssp=config.layer, d_state=d_state,
-                      dropout=config.dropout, ssp_kwargs=dict(config.layer_kwargs) or None)
+        core = BlockStack([ResidualBlock(core_layer(config), config.d_model, config.activation, config.dropout,
+                                         config.norm) for _ in range(config.n_layers)], nn.Identity())
+    elif config.block == "none":
+        core = BlockStack([core_layer(config) for _ in range(config.n_layers)], nn.Identity())
+    elif config.layer == MEMORYLESS:
+        raise ValueError(f"the memoryless core layer {MEMORYLESS!r} runs in block 'residual' or 'none', "
+                         f"not {config.block!r}")
+    else:
+        d_state = config.d_state if config.d_state is not None else (16 if config.block == "mamba" else 64)
+        core = make_stack(config.block, config.d_model, config.n_layers, ssp=config.layer, d_state=d_state,
+                          dropout=config.dropout, ssp_kwargs=dict(config.layer_kwargs) or None)
+    if config.ssm_lr_scale is not None:
+        set_ssm_lr_scale(core, config.ssm_lr_scale)
+    return core
 
 
 def load_core(path: str | Path) -> tuple[BlockStack, dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .species import ARMS, PRESETS, RECIPES, SpeciesStudy
+from .species import ARMS, F1_WIDTHS, PRESETS, RECIPES, SpeciesStudy
 
 
 def main(argv: list[str]) -> None:
@@ -21,8 +21,12 @@ def main(argv: list[str]) -> None:
                                            "<out>/genomes if not given)")
     parser.add_argument("--out", required=True, help="study folder; finished stages in it are not run again")
     parser.add_argument("--recipes", default=str(RECIPES), help="folder of the species recipes")
+    parser.add_argument("--f1-width", default="bidirectional", choices=F1_WIDTHS,
+                        help="width at which F1 / F1R1 pretrain their causal models: bidirectional (thesis 16.7.2: "
+                             "after surgery they have the bidirectional arm's parameter count) or causal (seqssm's "
+                             "earlier setting: after surgery a bidirectional model at the causal width, ~16%% larger)")
     ns = parser.parse_args(argv)
     study = SpeciesStudy(ns.out, data_dir=ns.data_dir, preset=ns.preset, lengths=ns.lengths, arms=ns.arms,
-                         recipes=ns.recipes)
+                         recipes=ns.recipes, f1_width=ns.f1_width)
     study.run()
     print((study.out / "results.md").read_text())

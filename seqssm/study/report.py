@@ -19,17 +19,24 @@ def arm_table(summary: dict) -> list[tuple[str, dict[int, float]]]:
     return sorted(rows, key=lambda row: -_mean(list(row[1].values())))
 
 
+def arm_parameters(summary: dict, arm: str) -> str:
+    """The finetuned model's parameter count of `arm` (the same at every length), or the counts if they differ."""
+    counts = sorted({r["n_params"] for r in summary["finetune"][arm].values()})
+    return " / ".join(f"{n:,}" for n in counts)
+
+
 def markdown(summary: dict) -> str:
-    """The results as markdown: validation accuracy per arm and length, then pretraining wall-clock times."""
-    lengths = summary["lengths"]
-    lines = [f"Species study, preset `{summary['preset']}` (widths: causal d={summary['widths']['causal']}, "
-             f"bidirectional d={summary['widths']['bidirectional']}; F1/F1R1 at the causal width).", "",
-             "Final validation accuracy (%), finetuning arms, best mean first:", "",
-             "| arm | " + " | ".join(f"L={n}" for n in lengths) + " | mean |",
-             "|---|" + "---:|" * (len(lengths) + 1)]
+    """The results as markdown: validation accuracy and parameters per arm and length, then pretraining times."""
+    lengths, widths = summary["lengths"], summary["widths"]
+    lines = [f"Species study, preset `{summary['preset']}` (widths: causal d={widths['causal']}, bidirectional "
+             f"d={widths['bidirectional']}; F1/F1R1 pretrained at the {summary['f1_width']} width, d={widths['f1']}).",
+             "", "Final validation accuracy (%), finetuning arms, best mean first; parameters of the finetuned model:",
+             "", "| arm | d | parameters | " + " | ".join(f"L={n}" for n in lengths) + " | mean |",
+             "|---|---:|---:|" + "---:|" * (len(lengths) + 1)]
     for arm, accs in arm_table(summary):
         cells = [f"{100 * accs[n]:.1f}" if n in accs else "–" for n in lengths]
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {100 * _mean(list(accs.values())):.1f} |")
+        lines.append(f"| {arm} | {summary['arm_widths'][arm]} | {arm_parameters(summary, arm)} | " + " | ".join(cells)
+                     + f" | {100 * _mean(list(accs.values())):.1f} |")
     if summary["pretrain"]:
         lines += ["", "Pretraining wall-clock: whole fit incl. validation (s) / training steps only (s) / "
                       "median step (ms):", "",
@@ -38,7 +45,8 @@ def markdown(summary: dict) -> str:
             cells = [f"{r['fit_s']:.0f} / {r['step_s']:.0f} / {1000 * r['median_step_s']:.0f}"
                      if (r := by_length.get(str(n))) else "–" for n in lengths]
             lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-        ntp, mlm = summary["pretrain"].get("ntp", {}), summary["pretrain"].get("mlm-bi", {})
+        pretrain = summary["pretrain"]
+        ntp, mlm = pretrain.get("ntp-f1", pretrain.get("ntp", {})), pretrain.get("mlm-bi", {})
         both = [n for n in map(str, lengths) if n in ntp and n in mlm]
         if both:
             ratios = ", ".join(f"L={n}: {ntp[n]['median_step_s'] / mlm[n]['median_step_s']:.2f}" for n in both)

@@ -3,11 +3,16 @@
     seqssm study species --lengths 4096 8192 16384 --data-dir data/species --out runs/species
     seqssm study species --preset cpu-small --out runs/species-small      # synthetic genomes, ~30 min on 2 cores
 
+F1 and F1R1 pretrain their causal models at the bidirectional width (thesis 16.7.2: F1 reaches the parameter
+count of table 6 only when its SSPs are duplicated), so every finetuning arm has its table 6 model's parameter
+count; `f1_width="causal"` (`--f1-width causal`) pretrains them at the causal width instead, as seqssm did before.
+
 Each training stage is one `seqssm fit` run: its recipe from `recipes/species/`, merged with the
 preset's overrides and the stage's length, width and parents, goes through the same LightningCLI
 (`make_cli`) and Trainer. Layout under `--out`:
 
-    <L>/pretrain/<stage>/     run.yaml, checkpoints/last.ckpt, result.json   (ntp, ntp-reverse, -warm, mlm-bi)
+    <L>/pretrain/<stage>/     run.yaml, checkpoints/last.ckpt, result.json   (ntp, ntp-f1, ntp-reverse, -warm,
+                              mlm-bi)
     <L>/surgery/<name>/       model/ (seqssm folder with provenance), result.json   (f1, f1r1, f1r1-warm)
     <L>/<arm>/                run.yaml, checkpoints/, result.json             (the finetuning arms)
     results.json, results.md, val_acc_vs_length.png
@@ -45,7 +50,7 @@ class Pretraining:
     """A pretraining stage: its recipe, the stage whose last checkpoint it starts from, the width it uses."""
 
     recipe: str
-    width: str  # "causal" or "bidirectional"
+    width: str  # "causal", "bidirectional", or "f1": the width F1 / F1R1 pretrain at (the study's f1_width)
     init_from: str | None = None
 
 
@@ -59,29 +64,33 @@ class Arm:
     surgery: str | None = None  # or a SURGERIES entry whose folder it starts from
 
 
+# A stage that comes out the same as an earlier one (same recipe, width and parent: "ntp-f1" when F1 pretrains at
+# the causal width) is that stage, run once.
 PRETRAINING = {
-    "ntp": Pretraining("pretrain_ntp.yaml", "causal"),
-    "ntp-reverse": Pretraining("pretrain_ntp_reverse.yaml", "causal"),  # R1
-    "ntp-reverse-warm": Pretraining("pretrain_ntp_reverse.yaml", "causal", init_from="ntp"),  # thesis 16.7.4
+    "ntp": Pretraining("pretrain_ntp.yaml", "causal"),  # the NTP arm's
+    "ntp-f1": Pretraining("pretrain_ntp.yaml", "f1"),  # F1's and F1R1's forward model
+    "ntp-reverse": Pretraining("pretrain_ntp_reverse.yaml", "f1"),  # R1
+    "ntp-reverse-warm": Pretraining("pretrain_ntp_reverse.yaml", "f1", init_from="ntp-f1"),  # thesis 16.7.4
     "mlm-bi": Pretraining("pretrain_mlm_bi.yaml", "bidirectional"),
 }
 # surgery name -> (function name in seqssm.models.surgery, pretraining stages it takes, in argument order)
 SURGERIES = {
-    "f1": ("to_bidirectional", ("ntp",)),
-    "f1r1": ("fuse_f1r1", ("ntp", "ntp-reverse")),
-    "f1r1-warm": ("fuse_f1r1", ("ntp", "ntp-reverse-warm")),
+    "f1": ("to_bidirectional", ("ntp-f1",)),
+    "f1r1": ("fuse_f1r1", ("ntp-f1", "ntp-reverse")),
+    "f1r1-warm": ("fuse_f1r1", ("ntp-f1", "ntp-reverse-warm")),
 }
-# F1 / F1R1 keep the causal model's widths (thesis 16.7.2): a bidirectional model at the causal width.
+# F1 / F1R1 are bidirectional models at the width their causal parents pretrained at (surgery keeps widths).
 ARMS = {
     "regular": Arm(False, "causal"),
     "bidirectional": Arm(True, "bidirectional"),
     "ntp": Arm(False, "causal", pretrain="ntp"),
     "mlm-bi": Arm(True, "bidirectional", pretrain="mlm-bi"),
-    "f1": Arm(True, "causal", surgery="f1"),
-    "f1r1": Arm(True, "causal", surgery="f1r1"),
-    "f1r1-warm": Arm(True, "causal", surgery="f1r1-warm"),
+    "f1": Arm(True, "f1", surgery="f1"),
+    "f1r1": Arm(True, "f1", surgery="f1r1"),
+    "f1r1-warm": Arm(True, "f1", surgery="f1r1-warm"),
 }
 FINETUNE_RECIPE = "finetune.yaml"
+F1_WIDTHS = ("bidirectional", "causal")  # f1_width: thesis 16.7.2, or seqssm's earlier setting
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,6 @@ class Preset:
     lengths: tuple[int, ...]
     widths: dict[str, int] | None = None  # {"causal", "bidirectional"}; None: thesis table 6 (the registry's)
     overrides: dict[str, dict] = field(default_factory=dict)  # "all" / "pretrain" / "finetune" -> recipe overrides
-    halve_batch_from: int | None = 32768  # thesis 16.3: batch 64, 32 from L = 32768
     synthetic: dict[str, Any] | None = None  # write_genomes() arguments when the data folder has no genomes
 
 
@@ -116,7 +124,6 @@ PRESETS = {
                          "model": {"init_args": {"lr": 4e-3, "lr_reference_length": 64}},
                          "data": {"init_args": {"finetune_bases": 2048}}},
         },
-        halve_batch_from=None,
         synthetic={"chrom_length": 40_000, "order": 2, "concentration": 3.0, "seed": 0},
     ),
 }
@@ -163,9 +170,12 @@ class SpeciesStudy:
 
     def __init__(self, out: str | Path, data_dir: str | Path | None = None, preset: str = "thesis",
                  lengths: list[int] | None = None, arms: list[str] | None = None, recipes: str | Path = RECIPES,
-                 log: Callable[[str], None] = print):
+                 f1_width: str = "bidirectional", log: Callable[[str], None] = print):
         if preset not in PRESETS:
             raise StudyError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        if f1_width not in F1_WIDTHS:
+            raise StudyError(f"f1_width must be one of {F1_WIDTHS}, got {f1_width!r}")
+        self.f1_width = f1_width
         self.preset_name, self.preset = preset, PRESETS[preset]
         self.out = Path(out)
         self.lengths = list(lengths or self.preset.lengths)
@@ -207,7 +217,16 @@ class SpeciesStudy:
                 n_classes = len(config["data"]["init_args"].get("species") or DEFAULT_SPECIES)
                 widths["bidirectional"] = matched_bidirectional_width(
                     widths["causal"], vocab_size=DNATokenizer().vocab_size, n_classes=n_classes, **shape)
+        widths["f1"] = widths[self.f1_width]
         return widths
+
+    def stage(self, name: str) -> str:
+        """The pretraining stage that `name` runs as: the first of PRETRAINING with the same recipe, width and parent
+        ("ntp" for "ntp-f1" when F1 pretrains at the causal width), so that no run is made twice."""
+        spec = PRETRAINING[name]
+        key = (spec.recipe, self.widths[spec.width], spec.init_from and self.stage(spec.init_from))
+        return next(other for other, o in PRETRAINING.items()
+                    if (o.recipe, self.widths[o.width], o.init_from and self.stage(o.init_from)) == key)
 
     def _config(self, kind: str, recipe: str) -> dict:
         config = self._recipe(recipe)
@@ -218,11 +237,8 @@ class SpeciesStudy:
     def run_config(self, kind: str, recipe: str, length: int, run_dir: Path, model: dict) -> dict:
         """The full `seqssm fit` config of one stage: recipe + preset + this length, folder and model."""
         config = self._config(kind, recipe)
-        data = config["data"]["init_args"]
         trainer = config["trainer"]
-        batch = data["batch_size"]
-        if self.preset.halve_batch_from is not None and length >= self.preset.halve_batch_from:
-            batch //= 2
+        batch = config["data"]["init_args"]["batch_size"]
         # one epoch per validation: the recipe's max_steps split evenly over its max_epochs
         steps_per_epoch = math.ceil(trainer["max_steps"] / trainer["max_epochs"])
         return merge(config, {
@@ -295,6 +311,7 @@ class SpeciesStudy:
 
     def pretrain(self, stage: str, length: int) -> dict:
         """Run (or find) pretraining `stage` at `length`, after the stage it starts from."""
+        stage = self.stage(stage)
         spec = PRETRAINING[stage]
         init = {}
         if spec.init_from is not None:
@@ -311,6 +328,7 @@ class SpeciesStudy:
         from seqssm.models.hub import save_pretrained
 
         operation, stages = SURGERIES[name]
+        stages = tuple(self.stage(stage) for stage in stages)
         parents = [self.pretrain(stage, length)["checkpoint"] for stage in stages]
         run_dir = self.out / str(length) / "surgery" / name
         config = {"operation": operation, "parents": dict(zip(stages, parents))}
@@ -380,6 +398,8 @@ class SpeciesStudy:
                        "pretrained": ARMS[arm].pretrain is not None or ARMS[arm].surgery is not None}
                  for arm in self.arms}
         summary = {"preset": self.preset_name, "lengths": self.lengths, "arms": self.arms, "arm_kinds": kinds,
-                   "widths": self.widths, "data_dir": str(self.data_dir), **results}
+                   "widths": self.widths, "f1_width": self.f1_width,
+                   "arm_widths": {arm: self.widths[ARMS[arm].width] for arm in self.arms},
+                   "data_dir": str(self.data_dir), **results}
         write_report(summary, self.out)
         return summary

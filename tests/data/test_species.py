@@ -157,6 +157,35 @@ def test_limited_finetune_split_is_disjoint(tmp_path):
     assert pre.n_classes is None and "labels" not in next(iter(pre.train_dataloader()))
 
 
+def test_limited_finetune_takes_each_species_smallest_training_chromosome(tmp_path):
+    # thesis 16.6 finetunes on one chromosome per species; the authors' code took the smallest training one
+    sizes = {"human": {"21": 240, "Y": 300}, "mouse": {"X": 180, "19": 180}}  # mouse: a tie, the split's first wins
+    for sp in ("human", "mouse"):
+        (tmp_path / sp).mkdir()
+        for part in ("train", "valid", "test"):
+            for c in SPECIES_SPLITS[sp][part]:
+                n = sizes[sp].get(c, 420)
+                (tmp_path / sp / f"chr{c}.fa").write_text(f">chr{c}\n" + "\n".join(["ACGT" * 15] * (n // 60)) + "\n")
+    kw = {"max_length": 64, "finetune_bases": 100}
+    ft, pre = dm_for(tmp_path, train_subset="finetune", **kw), dm_for(tmp_path, train_subset="pretrain", **kw)
+    assert ft.chromosomes("train") == {"human": ["21"], "mouse": ["19"]}
+    chosen = {sp: names[0] for sp, names in ft.chromosomes("train").items()}
+    assert pre.chromosomes("train") == {sp: [c for c in SPECIES_SPLITS[sp]["train"] if c != chosen[sp]]
+                                        for sp in ("human", "mouse")}
+    assert {ft.splits["train"].sample(k)[1].chrom.name for k in range(100)} == {"21", "19"}
+    # the earlier fixed choice, and an explicit one
+    first = dm_for(tmp_path, train_subset="finetune", finetune_chromosomes="first", **kw)
+    assert first.chromosomes("train") == {"human": ["2"], "mouse": ["2"]}
+    chosen = dm_for(tmp_path, train_subset="finetune", finetune_chromosomes={"human": "Y"}, **kw)
+    assert chosen.chromosomes("train") == {"human": ["Y"], "mouse": ["19"]}
+    with pytest.raises(ValueError, match="not a training chromosome"):
+        SpeciesDataModule(data_dir=tmp_path, species=("human",), finetune_chromosomes={"human": "1"})
+    with pytest.raises(ValueError, match="not one of species"):
+        SpeciesDataModule(data_dir=tmp_path, species=("human",), finetune_chromosomes={"pig": "18"})
+    with pytest.raises(ValueError, match="finetune_chromosomes must be one of"):
+        SpeciesDataModule(data_dir=tmp_path, species=("human",), finetune_chromosomes="largest")
+
+
 def test_mlm_no_labels_and_epochs(tmp_path):
     write_genomes(tmp_path, ("human", "pig"), chrom_length=3000, order=2, seed=1)
     dm = dm_for(tmp_path, species=("human", "pig"), task="mlm", max_length=32)

@@ -4,7 +4,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from seqssm.data import AANDataModule, ByteTokenizer, DataFormatError, DataNotFoundError, IMDBDataModule
+from seqssm.data import (
+    AANDataModule, ByteTokenizer, CharVocabulary, DataFormatError, DataNotFoundError, IMDBDataModule
+)
 
 TRAIN = [("great film", 1), ("awful, dull", 0), ("café ok", 1)]
 TEST = [("meh", 0), ("loved it!", 1)]
@@ -108,3 +110,45 @@ def test_aan_malformed_row(tmp_path):
     write_aan(tmp_path, bad=True)
     with pytest.raises(DataFormatError, match=r"new_aan_pairs.eval.tsv:3: expected 5"):
         AANDataModule(data_dir=tmp_path).setup()
+
+
+def test_char_vocabulary_follows_s4s_rule():
+    # S4 (src/dataloaders/lra.py, level "char"): count the characters of the training texts, each cut to
+    # l_max - 1 = max_length - 1, keep those seen min_freq times, most frequent first, ties in character order,
+    # after the specials <pad>, <unk>, <eos>
+    texts = ["aab", "bca", "zzzzzzzz"]  # cut to 3 characters: a:3 b:2 c:1 z:3
+    vocab = CharVocabulary.build(texts, min_freq=2, max_length=4)
+    assert vocab.characters == ["a", "z", "b"] and vocab.vocab_size == 6
+    assert vocab.encode("abcz", max_length=4).tolist() == [3, 5, vocab.unk_token_id, vocab.eos_token_id]
+    assert vocab.encode("za").tolist() == [4, 3, 2] and vocab.decode([4, 3, 1, 2]) == "za\ufffd"
+    assert CharVocabulary.build(texts, min_freq=1).characters == ["z", "a", "b", "c"]  # uncut: z:8
+    with pytest.raises(ValueError, match="min_freq"):
+        CharVocabulary.build(texts, min_freq=0)
+
+
+def test_imdb_char_tokens_build_the_vocabulary_from_the_training_split(tmp_path):
+    train = [("great film", 1), ("awful, dull", 0), ("café ok", 1)]
+    for split, rows in (("train", train), ("test", [("a dull café!", 0)])):
+        table = pa.table({"text": [t for t, _ in rows], "label": [y for _, y in rows]})
+        pq.write_table(table, tmp_path / f"{split}.parquet")
+    dm = IMDBDataModule(data_dir=tmp_path, max_length=64, tokens="chars", min_freq=2, batch_size=4)
+    expected = CharVocabulary.build([t for t, _ in train], min_freq=2, max_length=64)
+    assert dm.tokenizer.characters == expected.characters
+    assert " " in expected.characters and "!" not in expected.characters
+    assert (dm.vocab_size, dm.n_classes, dm.pad_token_id) == (expected.vocab_size, 2, 0)
+    dm.setup()
+    ids = dm.splits["val"][0][0]
+    assert ids.tolist() == expected.encode("a dull café!", 64).tolist()
+    assert ids[-2] == CharVocabulary.unk_token_id  # "!" is not in the training split's vocabulary
+    # the vocabulary is cached; a changed training file builds it afresh
+    cached = list(dm.cache_dir.glob("imdb-chars-*.json"))
+    assert len(cached) == 1
+    assert IMDBDataModule(data_dir=tmp_path, max_length=64, tokens="chars", min_freq=2).tokenizer.characters == \
+        expected.characters
+    pq.write_table(pa.table({"text": ["!!!"], "label": [1]}), tmp_path / "train.parquet")
+    assert IMDBDataModule(data_dir=tmp_path, max_length=64, tokens="chars", min_freq=2).tokenizer.characters == ["!"]
+    assert IMDBDataModule(data_dir=tmp_path).vocab_size == 259  # bytes: the default
+    with pytest.raises(ValueError, match="tokens must be one of"):
+        IMDBDataModule(data_dir=tmp_path, tokens="words")
+    with pytest.raises(DataNotFoundError):
+        IMDBDataModule(data_dir=tmp_path / "none", tokens="chars")

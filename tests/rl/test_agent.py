@@ -25,6 +25,9 @@ CORES = {
     "kalman": CoreConfig(layer="kalman", d_model=8, d_state=4, activation="glu"),
     "mamba-s6": CoreConfig(layer="s6", block="mamba", d_model=8, d_state=4, n_layers=2),
     "simple-s4d": CoreConfig(layer="s4d", block="simple", d_model=8, d_state=4),
+    "s5-glu-no-norm": CoreConfig(layer="s5", d_model=8, d_state=8, n_layers=2, activation="glu", norm=False),
+    "gru-bare": CoreConfig(layer="gru", d_model=8, n_layers=1, block="none"),
+    "mlp": CoreConfig(layer="mlp", d_model=8, n_layers=2, block="none"),
 }
 
 
@@ -119,12 +122,43 @@ def test_bad_spaces_and_cores_are_named():
         ActorCritic(core, OBS, spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))))
     with pytest.raises(ValueError, match="flat observations.*make_env"):
         ActorCritic(core, spaces.Discrete(4), spaces.Discrete(2))
-    with pytest.raises(ValueError, match="unknown sequence layer 'lstm'; registered layers: .*mingru, gru"):
+    with pytest.raises(ValueError, match="unknown sequence layer 'lstm'; registered layers: .*gru.*; or 'mlp'"):
         build_core(CoreConfig(layer="lstm"))
     with pytest.raises(ValueError, match="unknown core block 'lstm'"):
         build_core(CoreConfig(layer="s5", block="lstm"))
     with pytest.raises(ValueError, match="causal"):
         ActorCritic(build("mamba-s6-bi", d_input=3, n_classes=2, d_model=8, n_layers=1), OBS, spaces.Discrete(2))
+
+
+def test_orthogonal_init_is_the_schema_of_lu_et_al_code():
+    """Orthogonal weights (rows or columns orthonormal, times the gain) and zero biases: encoder sqrt(2), heads'
+    hidden layers 2, actor output 0.01, critic output 1; a GRU core as flax's GRUCell (orthogonal per gate)."""
+    config = AgentConfig(core=CoreConfig(layer="gru", d_model=16, n_layers=1, block="none"), encoder=[8],
+                         actor=[12, 12], critic=[12, 12], init="orthogonal")
+    agent = build_agent(config, OBS, spaces.Discrete(3))
+
+    def assert_orthogonal(weight, gain):
+        w = weight.detach().double() / gain
+        small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        torch.testing.assert_close(small, torch.eye(small.shape[0], dtype=torch.float64), atol=1e-5, rtol=0)
+
+    linears = lambda m: [x for x in m.modules() if isinstance(x, torch.nn.Linear)]  # noqa: E731
+    expected = [(linears(agent.encoder), [2 ** 0.5, 2 ** 0.5]), (linears(agent.actor.net), [2, 2, 0.01]),
+                (linears(agent.critic), [2, 2, 1])]
+    for layers, gains in expected:
+        assert len(layers) == len(gains)
+        for layer, gain in zip(layers, gains):
+            assert_orthogonal(layer.weight, gain)
+            assert not layer.bias.any()
+    gru = agent.core.layers[0].gru
+    for gate in gru.weight_hh_l0.chunk(3):
+        assert_orthogonal(gate, 1.0)
+    assert gru.weight_ih_l0.abs().max() <= 2 / 16 ** 0.5 / 0.8796 + 1e-6  # truncated at 2 std
+    assert not gru.bias_ih_l0.any() and not gru.bias_hh_l0.any()
+    default = build_agent(AgentConfig(core=config.core, encoder=[8]), OBS, spaces.Discrete(3))
+    assert default.encoder[0].bias.any()  # torch's init, unchanged
+    with pytest.raises(ValueError, match="unknown init 'xavier'; choose one of"):
+        build_agent(AgentConfig(core=config.core, init="xavier"), OBS, spaces.Discrete(3))
 
 
 def _supervised_model():

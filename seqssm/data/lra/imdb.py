@@ -1,16 +1,26 @@
-"""IMDB sentiment, byte level (LRA "text"): local table files, aclImdb folders or the HF cache."""
+"""IMDB sentiment at the character level (LRA "text"): local table files, aclImdb folders or the HF cache.
+
+Two vocabularies: UTF-8 bytes (`tokens="bytes"`, 259 ids, known without data) or S4's characters
+(`tokens="chars"`: the training split's characters seen at least 15 times, plus 3 specials; about 135 ids),
+which the thesis's recipes use: the thesis ran S4's IMDB loader, so its table 6 parameter counts hold
+an embedding of that vocabulary.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from ..base import RaggedDataset, SeqDataModule
-from ..cache import cached_splits
+from ..cache import cache_key, cached_splits, source_stamp
 from ..errors import DataFormatError, missing
-from ..io import read_text
+from ..io import read_text, write_text_atomic
 from ..sources import download_command
+from ..tokenizers import CharVocabulary
 from .text import read_text_table
+
+TOKENS = ("bytes", "chars")
 
 LAYOUT = """<data_dir>/                 (e.g. data/imdb), any one of:
   train.parquet, test.parquet  (or .csv / .tsv) with columns `text`, `label` (0 neg, 1 pos)
@@ -73,9 +83,17 @@ def read_imdb(files: list[Path]) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-class IMDBDataModule(SeqDataModule):
-    """IMDB: inputs (B, L<=max_length) byte ids (vocab 259, `<pad>`=0, `<eos>` last), 2 classes.
+def source_paths(files: list[Path]) -> list[Path]:
+    """The files whose stamp identifies an IMDB split: table files, or an aclImdb split's review folders."""
+    return [q for p in files for q in ([p / "neg", p / "pos"] if p.is_dir() else [p])]
 
+
+class IMDBDataModule(SeqDataModule):
+    """IMDB: inputs (B, L<=max_length) token ids (`<pad>`=0, `<eos>` last), 2 classes.
+
+    tokens: "bytes" (default; vocab 259: UTF-8 bytes after 3 specials) or "chars" (S4's character vocabulary,
+    `CharVocabulary`: built here from the training split's first max_length - 1 characters per review with
+    `min_freq`, cached under cache_dir; so the data must be there when the module is made).
     Validation is the test split (as in S4). `max_length` 4096 by default; the thesis's RoPE
     and bidirectional studies use 1024.
     """
@@ -83,9 +101,34 @@ class IMDBDataModule(SeqDataModule):
     name = "imdb"
 
     def __init__(self, data_dir=None, batch_size: int = 32, num_workers: int = 0, max_length: int = 4096,
-                 seed: int = 42, cache_dir=None):
+                 seed: int = 42, cache_dir=None, tokens: str = "bytes", min_freq: int = CharVocabulary.MIN_FREQ):
         super().__init__(data_dir, batch_size, num_workers, max_length, seed, cache_dir)
-        self.use_byte_tokens(n_classes=2)
+        if tokens not in TOKENS:
+            raise ValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
+        self.tokens, self.min_freq = tokens, min_freq
+        if tokens == "bytes":
+            self.use_byte_tokens(n_classes=2)
+        else:
+            self.tokenizer = self.char_vocabulary()
+            self.vocab_size, self.pad_token_id = self.tokenizer.vocab_size, self.tokenizer.pad_token_id
+            self.n_classes = 2
+
+    def char_vocabulary(self) -> CharVocabulary:
+        """S4's character vocabulary of this data's training split at this max_length and min_freq (read from the
+        cache, or built from the reviews and cached; any change of the training files builds it afresh)."""
+        train = source_paths(locate_imdb(self.data_dir)["train"])
+        spec = {"max_length": self.max_length, "min_freq": self.min_freq, "sources": source_stamp(train)}
+        path = self.cache_dir / f"imdb-chars-{cache_key(spec)}.json"
+        if path.is_file():
+            try:
+                return CharVocabulary(json.loads(path.read_text(encoding="utf-8"))["characters"])
+            except (ValueError, KeyError, TypeError):
+                pass  # unreadable: build it again below
+        texts, _ = read_imdb(locate_imdb(self.data_dir)["train"])
+        vocab = CharVocabulary.build(texts, self.min_freq, self.max_length)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({**spec, "characters": vocab.characters}, ensure_ascii=False))
+        return vocab
 
     def build_splits(self):
         files = locate_imdb(self.data_dir)
@@ -97,8 +140,8 @@ class IMDBDataModule(SeqDataModule):
                 out[split] = ([self.tokenizer.encode(t, self.max_length) for t in texts], labels)
             return out
 
-        # table files, or the review folders of the aclImdb splits
-        sources = [q for fs in files.values() for p in fs for q in ([p / "neg", p / "pos"] if p.is_dir() else [p])]
-        data = cached_splits(self.cache_dir, "imdb", sources, {"max_length": self.max_length, "tok": "bytes"}, build)
+        tok = "bytes" if self.tokens == "bytes" else {"chars": self.tokenizer.characters}
+        sources = [q for fs in files.values() for q in source_paths(fs)]
+        data = cached_splits(self.cache_dir, "imdb", sources, {"max_length": self.max_length, "tok": tok}, build)
         return {"train": RaggedDataset(data["train"]), "val": RaggedDataset(data["test"]),
                 "test": RaggedDataset(data["test"])}

@@ -6,8 +6,9 @@ trains for `epochs` passes over `minibatches` groups of whole environment sequen
 minibatch re-runs its sequences with one `scan` from their stored start state, episode starts
 as resets (Lu et al. 2023, "Structured State Space Models for In-Context Reinforcement Learning",
 3.1). Loss: clipped surrogate + vf_coef * value error (optionally clipped) - ent_coef * entropy,
-gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; the recipes under
-recipes/rl/ hold CPU-sized settings. The losses are plain functions of tensors, tested on their own.
+gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; recipes/rl/popgym_lu2023 runs
+that table's experiments, the other recipes under recipes/rl/ hold CPU-sized settings. The losses are plain
+functions of tensors, tested on their own.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from seqssm.rl.errors import ConfigError
 @dataclass
 class PPOConfig:
     """PPO settings; defaults from Lu et al. 2023, table 3. value_clip: clip the value update to this distance
-    from the rollout's value (PPO2 / CleanRL's clip_vloss); None: unclipped."""
+    from the rollout's value (PPO2 / CleanRL's clip_vloss); None: unclipped. adam_eps: Adam's epsilon. The
+    table states neither; Lu et al.'s public code uses value_clip 0.2 and adam_eps 1e-5 (CleanRL's), which the
+    recipes under recipes/rl/popgym_lu2023 set; the defaults keep torch's epsilon and the unclipped loss."""
 
     LIMITS: ClassVar[dict[str, str]] = {
         "total_steps": ">= 1", "num_envs": ">= 1", "unroll": ">= 1", "epochs": ">= 1", "minibatches": ">= 1",
         "lr": "> 0", "weight_decay": ">= 0", "gamma": "[0, 1]", "gae_lambda": "[0, 1]", "clip": "> 0",
-        "ent_coef": ">= 0", "vf_coef": ">= 0", "max_grad_norm": "> 0", "value_clip": "> 0",
+        "ent_coef": ">= 0", "vf_coef": ">= 0", "max_grad_norm": "> 0", "value_clip": "> 0", "adam_eps": "> 0",
     }
 
     total_steps: int = 15_000_000
@@ -44,6 +47,7 @@ class PPOConfig:
     epochs: int = 30
     minibatches: int = 8
     lr: float = 5e-5
+    adam_eps: float = 1e-8
     weight_decay: float = 0.0
     gamma: float = 0.99
     gae_lambda: float = 1.0
@@ -129,7 +133,8 @@ class PPO:
             raise ValueError(f"PPOConfig.num_envs = {config.num_envs} but the vector env has {envs.num_envs}")
         config.check()
         self.agent, self.envs, self.config = agent, envs, config
-        self.optimizer = torch.optim.AdamW(param_groups(agent, config.lr, config.weight_decay), lr=config.lr)
+        self.optimizer = torch.optim.AdamW(param_groups(agent, config.lr, config.weight_decay), lr=config.lr,
+                                           eps=config.adam_eps)
         self.loop = EnvLoop(agent, envs, seed=seed)
         self.episodes = self.loop.episodes
         self.steps = 0

@@ -41,7 +41,9 @@ class EnvConfig:
     name: see `env_names()`, or "gym:<id>" / "dmc:<domain>-<task>". kwargs go to its constructor.
     previous_action_reward: append the previous action, reward and an episode-start flag to the
     observation (van Gelooven 2025 thesis, 4.2); None (default) means on, except that `seqssm rl`
-    turns it off for SAC, whose networks read the previous action themselves. observation_noise:
+    turns it off for SAC, whose networks read the previous action themselves. previous_reward=False
+    leaves the reward out: previous action and start flag only, the observation of POPGym's baselines
+    (Morad et al. 2023) and of Lu et al. 2023's public code. observation_noise:
     standard deviation of Gaussian noise added to observations. eval_sets: evaluation name -> kwargs
     overriding `kwargs` (e.g. {ood: {sigma_range: [2, 3]}}), used when a run evaluates.
     """
@@ -51,6 +53,7 @@ class EnvConfig:
     name: str = "RepeatFirstEasy"
     kwargs: dict[str, Any] = field(default_factory=dict)
     previous_action_reward: bool | None = None
+    previous_reward: bool = True
     observation_noise: float = 0.0
     eval_sets: dict[str, dict[str, Any]] = field(default_factory=lambda: {"eval": {}})
 
@@ -67,8 +70,11 @@ def env_names() -> list[str]:
 
 
 def _popgym_class(name: str):
+    # POPGym 1.0 renamed StatelessCartPole / StatelessPendulum (Morad et al. 2023; Lu et al. 2023, table 5) to
+    # PositionOnly...: the old names still find them.
+    names = (name, name.replace("Stateless", "PositionOnly"))
     for cls, meta in _popgym().items():
-        if name in (cls.__name__, meta.get("id")):
+        if cls.__name__ in names or meta.get("id") in names:
             return cls
     return None
 
@@ -102,8 +108,8 @@ def _base_env(name: str, kwargs: dict[str, Any]) -> gym.Env:
 
 def make_env(env: EnvConfig | str, overrides: dict[str, Any] | None = None) -> gym.Env:
     """One environment of `env` (a config or a name), its kwargs updated by `overrides`, with a flat float32 Box
-    observation: noisy if observation_noise > 0, then with the previous action, reward and start flag unless
-    previous_action_reward is False."""
+    observation: noisy if observation_noise > 0, then with the previous action, reward (unless previous_reward is
+    False) and start flag unless previous_action_reward is False."""
     config = EnvConfig(name=env) if isinstance(env, str) else env
     result = _base_env(config.name, {**config.kwargs, **(overrides or {})})
     if not (isinstance(result.observation_space, spaces.Box) and len(result.observation_space.shape) == 1):
@@ -111,7 +117,7 @@ def make_env(env: EnvConfig | str, overrides: dict[str, Any] | None = None) -> g
     if config.observation_noise > 0:
         result = ObservationNoise(result, config.observation_noise)
     if config.previous_action_reward is not False:
-        result = PreviousActionReward(result)
+        result = PreviousActionReward(result, reward=config.previous_reward)
     return result
 
 

@@ -14,17 +14,22 @@ class PreviousActionReward(gym.Wrapper):
 
     flatten is gymnasium's (one-hot for Discrete, concatenated one-hots for MultiDiscrete, as is for
     Box). On reset the previous action and reward are zeros and start is 1. float32 Box output.
+    reward=False leaves the previous reward out: [obs, previous action, start], as POPGym's baselines
+    (Morad et al. 2023) and Lu et al. 2023's public code observe.
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, reward: bool = True):
         super().__init__(env)
+        self.include_reward = reward
         self._obs_dim = spaces.flatdim(env.observation_space)
         self._act_dim = spaces.flatdim(env.action_space)
-        self.observation_space = spaces.Box(-np.inf, np.inf, (self._obs_dim + self._act_dim + 2,), np.float32)
+        size = self._obs_dim + self._act_dim + 1 + int(reward)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float32)
 
     def _embed(self, obs, action_flat: np.ndarray, reward: float, start: bool) -> np.ndarray:
         flat = spaces.flatten(self.env.observation_space, obs).astype(np.float32, copy=False)
-        return np.concatenate([flat, action_flat, np.array([reward, float(start)], np.float32)])
+        tail = [reward, float(start)] if self.include_reward else [float(start)]
+        return np.concatenate([flat, action_flat, np.array(tail, np.float32)])
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)

@@ -113,9 +113,19 @@ def test_config_errors_are_explained():
         PPO(agent, envs, PPOConfig(num_envs=6, minibatches=4))
     with pytest.raises(ValueError, match="num_envs = 8 but the vector env has 6"):
         PPO(agent, envs, PPOConfig(num_envs=8, minibatches=2))
-    for field, value, limit in (("num_envs", -4, ">= 1"), ("minibatches", 0, ">= 1"), ("gamma", 1.5, r"\[0, 1\]")):
+    for field, value, limit in (("num_envs", -4, ">= 1"), ("minibatches", 0, ">= 1"), ("gamma", 1.5, r"\[0, 1\]"),
+                                ("adam_eps", 0.0, "> 0")):
         with pytest.raises(ConfigError, match=rf"--ppo.{field} = {value} is out of range: must be {limit}"):
             check_limits(PPOConfig(**{field: value}), "ppo")
+
+
+def test_the_optimizer_takes_the_configured_epsilon():
+    envs = cue_envs(2)
+    agent = build_agent(AgentConfig(core=CoreConfig(d_model=8, n_layers=1)), envs.single_observation_space,
+                        envs.single_action_space)
+    for eps in (1e-8, 1e-5):
+        optimizer = PPO(agent, envs, PPOConfig(num_envs=2, minibatches=1, adam_eps=eps)).optimizer
+        assert {group["eps"] for group in optimizer.param_groups} == {eps}
 
 
 def test_ppo_learns_a_memory_task():

@@ -75,3 +75,17 @@ def test_dmc_is_optional():
     assert obs.shape == env.observation_space.shape and env.action_space.shape == (1,)
     _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
     assert np.isfinite(reward) and not terminated and not truncated
+
+
+@pytest.mark.parametrize("old, new", [("StatelessCartPoleHard", "PositionOnlyCartPoleHard"),
+                                      ("NoisyStatelessPendulumHard", "NoisyPositionOnlyPendulumHard"),
+                                      ("popgym-StatelessCartPoleEasy-v0", "PositionOnlyCartPoleEasy")])
+def test_popgym_names_before_1_0_find_the_renamed_environments(old, new):
+    """POPGym 1.0 renamed Stateless... to PositionOnly... (Lu et al. 2023 and Morad et al. 2023 use the old names)."""
+    assert type(make_env(old).unwrapped).__name__ == new
+
+
+def test_previous_reward_option_reaches_the_wrapper():
+    with_reward = make_env(EnvConfig("RepeatPreviousHard"))
+    without = make_env(EnvConfig("RepeatPreviousHard", previous_reward=False))
+    assert with_reward.observation_space.shape == (4 + 4 + 2,) and without.observation_space.shape == (4 + 4 + 1,)

@@ -19,6 +19,17 @@ def test_previous_action_reward_layout():
     np.testing.assert_array_equal(obs, np.r_[np.zeros(3), np.eye(3)[door], 1.0, 0.0])
 
 
+def test_previous_action_without_the_reward():
+    """reward=False: [obs, one-hot previous action, start], the observation of POPGym's baselines."""
+    env = PreviousActionReward(MemoryCorridor(num_doors=3, length=2), reward=False)
+    obs, _ = env.reset(seed=0)
+    door = int(env.unwrapped.doors[0])
+    assert env.observation_space.shape == (3 + 3 + 1,)
+    np.testing.assert_array_equal(obs, np.r_[np.eye(3)[door], np.zeros(3), 1.0])
+    obs, *_ = env.step(door)
+    np.testing.assert_array_equal(obs, np.r_[np.zeros(3), np.eye(3)[door], 0.0])
+
+
 def test_observation_noise_on_pendulum():
     clean = gym.make("Pendulum-v1")
     noisy = ObservationNoise(gym.make("Pendulum-v1"), scale=0.5)
