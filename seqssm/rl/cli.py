@@ -30,7 +30,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.checkpoint import load_checkpoint
-from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value
+from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value, resolve_device
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
 from seqssm.rl.errors import CheckpointError, ConfigError
@@ -42,6 +42,7 @@ RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no se
     "seed": "seed of torch, the environments and the replay sampling",
     "out_dir": "where config.yaml, metrics.jsonl, best.pt, last.pt and summary.json go",
     "checkpoint_every": "iterations between last.pt saves (PPO: updates; SAC: evaluation intervals)",
+    "device": "where the agent and its updates run: auto (CUDA when available, else CPU), cpu, cuda or cuda:N",
     "threads": "torch CPU threads (default: torch's)",
     "target_return": "stop once MMER (the best mean training return of an iteration) reaches this",
     "time_limit_s": "stop after the first iteration that ends past this many seconds",
@@ -107,7 +108,8 @@ def rl_main(argv: list[str]) -> dict:
 
 
 def eval_parser() -> ArgumentParser:
-    """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --eval_set, --threads."""
+    """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --eval_set, --threads,
+    --device."""
     parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent (PPO or SAC) and report its "
                             "returns and the environment's episode statistics as JSON.")
     parser.add_argument("ckpt", type=str, help="an agent checkpoint written by `seqssm rl` (best.pt / last.pt)")
@@ -118,6 +120,7 @@ def eval_parser() -> ArgumentParser:
     parser.add_argument("--eval_set", type=str | None, default=None,
                         help="play one of the run's env.eval_sets (e.g. ood) instead of its training env")
     parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_argument("--device", type=str, default="auto", help=RUN_OPTIONS["device"])
     return parser
 
 
@@ -129,7 +132,9 @@ def eval_main(argv: list[str]) -> dict:
             check_value(option, cfg[option], limit)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
     agent, config, ckpt = load_checkpoint(cfg.ckpt)
+    agent.to(device)
     sets = config.env.eval_sets
     if cfg.eval_set is not None and cfg.eval_set not in sets:
         raise ConfigError(f"--eval_set = {cfg.eval_set!r} is not an evaluation set of this run; its sets: "

@@ -12,6 +12,8 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
+import torch
+
 from seqssm.rl.algos import ALGORITHMS, AlgorithmSpec
 from seqssm.rl.envs import EnvConfig
 from seqssm.rl.errors import ConfigError
@@ -40,7 +42,8 @@ class RunConfig:
     section named like the algorithm; None: its default), evaluation, seed and where the run writes.
 
     out_dir: where the run's files go (None: nowhere). checkpoint_every: iterations between last.pt saves
-    (PPO: updates; SAC: evaluation intervals).
+    (PPO: updates; SAC: evaluation intervals). device: where the agent and its updates run ("auto": CUDA when
+    available, else CPU; "cpu", "cuda", "cuda:N"); environments always step on the CPU.
     target_return: stop once MMER (the best mean training return of an iteration) reaches it;
     time_limit_s: stop after the first iteration that ends past this many seconds (CPU budgets).
     """
@@ -56,6 +59,7 @@ class RunConfig:
     seed: int = 0
     out_dir: str | None = "runs/rl/run"
     checkpoint_every: int = 10
+    device: str = "auto"
     threads: int | None = None
     target_return: float | None = None
     time_limit_s: float | None = None
@@ -69,6 +73,7 @@ class RunConfig:
             if not isinstance(value, kind):
                 raise ConfigError(f"--{section}: a {self.algorithm} run takes a {kind.__name__}, "
                                   f"got {type(value).__name__}")
+        resolve_device(self.device)
         if self.env.previous_action_reward is None:
             self.env = replace(self.env, previous_action_reward=spec.previous_action_reward)
 
@@ -98,6 +103,24 @@ class RunConfig:
             raise ConfigError(f"unknown key(s) {sorted(unknown)} in a {algorithm} run config; valid: "
                               f"{sorted(plain | set(sections) | {'algorithm'})}")
         return cls(algorithm=algorithm, **kwargs, **data)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device that a `device` option names: "auto" is CUDA when available, else the CPU; ConfigError for a
+    name torch does not know or a CUDA device this machine lacks."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"--device = {name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device = {name!r} but torch sees no CUDA device here; use --device auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device = {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device = {name!r}: only cpu and cuda devices are supported")
+    return device
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:

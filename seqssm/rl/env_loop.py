@@ -93,15 +93,17 @@ def summarize_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
 
 class EnvLoop:
     """A policy and a vector env (same-step autoreset) stepped together: the current observation (B, obs_dim) in
-    the policy's dtype, done flags (B,) (True where the observation starts an episode), the policy's state."""
+    the policy's dtype, done flags (B,) (True where the observation starts an episode), the policy's state, all on
+    the policy's device."""
 
     def __init__(self, policy, envs, seed: int | None = None, quota: int | None = None):
         self.policy, self.envs = policy, envs
-        self.dtype = next(policy.parameters()).dtype
+        weight = next(policy.parameters())
+        self.dtype, self.device = weight.dtype, weight.device
         obs, _ = envs.reset(seed=seed)
-        self.obs = torch.as_tensor(obs, dtype=self.dtype)
-        self.done = torch.ones(envs.num_envs, dtype=torch.bool)
-        self.state = policy.initial_state(envs.num_envs)
+        self.obs = self.tensor(obs, self.dtype)
+        self.done = torch.ones(envs.num_envs, dtype=torch.bool, device=self.device)
+        self.state = policy.initial_state(envs.num_envs, device=self.device)
         self.episodes = EpisodeTracker(envs.num_envs, quota)
 
     def act(self, deterministic: bool = False) -> ActOutput:
@@ -114,10 +116,14 @@ class EnvLoop:
         next_obs, reward, terminated, truncated, infos = self.envs.step(self.policy.env_action(out.action))
         done = np.logical_or(terminated, truncated)
         self.episodes.record(reward, done, final_infos(infos, done) if done.any() else [])
-        self.obs = torch.as_tensor(next_obs, dtype=self.dtype)
-        self.done = torch.as_tensor(done)
+        self.obs = self.tensor(next_obs, self.dtype)
+        self.done = self.tensor(done)
         self.state = out.state
         return reward, terminated, done, infos
+
+    def tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """`array` as a tensor on the policy's device."""
+        return torch.as_tensor(array, dtype=dtype, device=self.device)
 
 
 @torch.no_grad()

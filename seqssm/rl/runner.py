@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from seqssm.rl.checkpoint import save_checkpoint
-from seqssm.rl.config import EVAL_SEED, RunConfig, validate
+from seqssm.rl.config import EVAL_SEED, RunConfig, resolve_device, validate
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import make_env, make_vector_env
 from seqssm.rl.envs.make import is_env_name, unknown_env_message
@@ -110,6 +110,7 @@ def build(config: RunConfig):
                                        envs.single_action_space)
     except AGENT_ERRORS as e:
         raise ConfigError(f"--agent: {e}") from e
+    agent.to(resolve_device(config.device))
     return config.spec.algorithm(agent, envs, config.algo, seed=config.seed)
 
 
@@ -184,7 +185,7 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
                              on_record)
     algo.envs.close()
     summary.update(algorithm=config.algorithm, env=config.env.name, memory=config.agent.memory, seed=config.seed,
-                   parameters=sum(p.numel() for p in agent.parameters() if p.requires_grad))
+                   device=str(next(agent.parameters()).device), parameters=sum(p.numel() for p in agent.parameters() if p.requires_grad))
     if out is not None:
         metrics.close()
         save("last.pt", summary["last"])

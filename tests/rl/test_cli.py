@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from seqssm.cli import main as seqssm_main
@@ -83,6 +84,7 @@ def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, caps
     out = tmp_path / "run"
     summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--out_dir", str(out)])
     assert summary["steps"] == 512 and summary["env"] == "RepeatFirstEasy" and summary["algorithm"] == "ppo"
+    assert summary["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")  # --device auto
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2] and all("sps" in r and "mmer" in r for r in records)
     assert json.loads((out / "summary.json").read_text())["steps"] == 512
@@ -124,3 +126,18 @@ def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
     result = main(["rl-eval", str(out / "last.pt"), "--episodes", "8", "--eval_set", "ood", "--deterministic", "true"])
     assert result["algorithm"] == "sac" and result["eval_set"] == "ood" and result["episodes"] == 8
     assert 0.0 <= result["win"] <= 1.0 and result["train_steps"] == 64
+
+
+@pytest.mark.gpu
+def test_ppo_and_sac_update_on_cuda_and_evaluate_there(tmp_path):
+    ppo = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--device", "cuda",
+                "--out_dir", str(tmp_path / "ppo")])
+    assert ppo["device"] == "cuda:0" and ppo["steps"] == 512
+    result = main(["rl-eval", str(tmp_path / "ppo" / "last.pt"), "--episodes", "4", "--device", "cuda"])
+    assert result["episodes"] == 4
+    sac = main(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--agent.encoder.d_model", "8",
+                "--agent.encoder.d_state", "8", "--agent.actor", "[16]", "--agent.critic", "[16]", "--env.kwargs",
+                "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64", "--sac.num_envs", "4", "--sac.batch_size", "4",
+                "--sac.context", "8", "--sac.learning_starts", "16", "--device", "cuda",
+                "--out_dir", str(tmp_path / "sac")])
+    assert sac["device"] == "cuda:0" and sac["steps"] == 64

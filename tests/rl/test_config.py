@@ -3,7 +3,9 @@
 import pytest
 
 from seqssm.rl import AgentConfig, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
-from seqssm.rl.config import check_limits, validate, within
+import torch
+
+from seqssm.rl.config import check_limits, resolve_device, validate, within
 from seqssm.rl.errors import ConfigError
 
 
@@ -69,3 +71,15 @@ def test_nested_limits():
         check_limits(sac.agent, "agent")
     validate(RunConfig())  # the defaults are valid
     validate(RunConfig(algorithm="sac"))
+
+
+def test_device_auto_is_cuda_when_available_and_bad_devices_are_named():
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu") and RunConfig(device="cpu").device == "cpu"
+    with pytest.raises(ConfigError, match="--device = 'gpu0' is not a device; use auto, cpu, cuda or cuda:N"):
+        RunConfig(device="gpu0")
+    with pytest.raises(ConfigError, match="--device = 'meta': only cpu and cuda devices are supported"):
+        resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="torch sees no CUDA device here; use --device auto or cpu"):
+            resolve_device("cuda:0")

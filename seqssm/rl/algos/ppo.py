@@ -155,7 +155,7 @@ class PPO:
                 actions.append(out.action)
                 log_probs.append(out.log_prob)
                 values.append(out.value)
-                rewards.append(torch.as_tensor(reward, dtype=dtype))
+                rewards.append(loop.tensor(reward, dtype))
         self.steps += length * self.envs.num_envs
         rollout = Rollout(*(torch.stack(x, dim=1) for x in (obs, dones, actions, log_probs, values, rewards)),
                           start_state=start_state)
@@ -173,7 +173,7 @@ class PPO:
         keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
         stats: dict[str, list[float]] = {k: [] for k in keys}
         for _ in range(cfg.epochs):
-            for idx in torch.randperm(n_envs).split(per_batch):
+            for idx in torch.randperm(n_envs, device=rollout.obs.device).split(per_batch):
                 out = agent.evaluate(rollout.obs[idx], map_state(lambda s: s[idx], rollout.start_state),
                                      rollout.dones[idx], rollout.actions[idx])
                 adv = normalize(rollout.advantages[idx]) if cfg.norm_adv else rollout.advantages[idx]

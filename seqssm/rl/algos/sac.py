@@ -141,29 +141,31 @@ class SAC:
         self.loop = EnvLoop(agent, envs, seed=seed)
         self.episodes = self.loop.episodes
         # per environment, its running episode: observations, actions, rewards
-        self.trajectories = [([obs.numpy()], [], []) for obs in self.loop.obs]
+        self.trajectories = [([obs], [], []) for obs in self.loop.obs.cpu().numpy()]
         self.steps, self.updates, self.due = 0, 0, 0.0
 
     def collect_step(self, random: bool = False) -> None:
         """One step in every environment (random: uniform actions); episodes that end go to the replay."""
         agent, n = self.agent, self.envs.num_envs
-        out = self.loop.act()
+        out, device = self.loop.act(), self.loop.device
         if random:
-            action = torch.randint(agent.act_dim, (n,)) if agent.discrete else torch.rand(n, agent.act_dim) * 2 - 1
+            action = (torch.randint(agent.act_dim, (n,), device=device) if agent.discrete
+                      else torch.rand(n, agent.act_dim, device=device) * 2 - 1)
             out = ActOutput(action, (agent.action_feature(action), out.state[1]))
-        features = out.state[0]
+        features = out.state[0].cpu().numpy()
         reward, terminated, done, infos = self.loop.step(out)
+        next_obs = self.loop.obs.cpu().numpy()
         for i in range(n):
             observations, actions, rewards = self.trajectories[i]
-            actions.append(features[i].numpy())
+            actions.append(features[i])
             rewards.append(float(reward[i]))
             if done[i]:
                 observations.append(np.asarray(infos["final_obs"][i], np.float32))
                 self.replay.add(Episode(np.stack(observations), np.stack(actions).astype(np.float32),
                                         np.array(rewards, np.float32), bool(terminated[i])))
-                self.trajectories[i] = ([self.loop.obs[i].numpy()], [], [])
+                self.trajectories[i] = ([next_obs[i]], [], [])
             else:
-                observations.append(self.loop.obs[i].numpy())
+                observations.append(next_obs[i])
 
     def update(self, batch: SequenceBatch) -> dict[str, float]:
         """One gradient step of critic, actor and temperature, then the target update -> metrics."""
@@ -221,7 +223,7 @@ class SAC:
             if self.steps >= cfg.learning_starts and len(self.replay) > 0:
                 self.due += n * cfg.utd
                 while self.due >= 1.0:
-                    batch = self.replay.sample(cfg.batch_size, cfg.context, cfg.burn_in, self.rng)
+                    batch = self.replay.sample(cfg.batch_size, cfg.context, cfg.burn_in, self.rng, self.loop.device)
                     losses.append(self.update(batch))
                     self.updates, self.due = self.updates + 1, self.due - 1.0
         means = {k: float(np.mean([m[k] for m in losses])) for k in (losses[0] if losses else {})}
