@@ -10,7 +10,7 @@ from seqssm.data import CharVocabulary, IMDBDataModule
 from seqssm.tasks import SequenceTask
 from seqssm.tasks.recipes import read_recipe
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 # LightningCLI recipes of the training studies; recipes/rl (seqssm rl) and recipes/finetune (an imported
 # Hugging Face folder) are checked by their own tests.
 STUDIES = ("lra", "smnist", "rope", "bidirectional")

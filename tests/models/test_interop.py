@@ -371,7 +371,7 @@ def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
     from seqssm.models.interop.cli import architecture_overrides
 
     data = write_imdb_standin(tmp_path / "imdb", n=12)
-    recipe = Path(__file__).parents[1] / "recipes" / "finetune" / "mamba_imdb.yaml"
+    recipe = Path(__file__).parents[2] / "recipes" / "finetune" / "mamba_imdb.yaml"
     overrides = architecture_overrides(SequenceModel.from_pretrained(lm_dir).config)
     cli = make_cli([
         "fit", "--config", str(recipe), "--model.init_args.model_overrides", json.dumps(overrides),

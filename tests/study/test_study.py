@@ -2,7 +2,6 @@
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -16,7 +15,7 @@ from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
 from seqssm.tasks import Classification, MaskedLM, NextTokenPrediction
 from seqssm.tasks.recipes import read_recipe
 
-RECIPES = Path(__file__).parents[1] / "recipes" / "species"
+RECIPES = Path(__file__).parents[2] / "recipes" / "species"
 TINY = Preset(
     lengths=(32,), widths={"causal": 16, "bidirectional": 12},
     overrides={"all": {"trainer": {"max_steps": 4, "max_epochs": 2},

@@ -43,7 +43,7 @@ def test_byte_vocabulary_puts_table6_outside_3_percent():
 
 
 def test_param_table_script_prints_both_tables_with_ratios(capsys, monkeypatch):
-    path = Path(__file__).parents[1] / "scripts" / "param_table.py"
+    path = Path(__file__).parents[2] / "scripts" / "param_table.py"
     spec = importlib.util.spec_from_file_location("param_table", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
