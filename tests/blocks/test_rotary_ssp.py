@@ -1,4 +1,4 @@
-"""RoPE in front of an SSP (thesis 14.3): which inputs of the SSP see rotated positions."""
+"""RoPE in front of an SSP (Ulbaek 2024 thesis, 14.3): which inputs of the SSP see rotated positions."""
 
 import pytest
 import torch

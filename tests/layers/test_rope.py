@@ -1,4 +1,4 @@
-"""RoPE (thesis 14.2-14.3): the rotation and its options."""
+"""RoPE (Ulbaek 2024 thesis, 14.2-14.3): the rotation and its options."""
 
 import math
 

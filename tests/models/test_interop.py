@@ -139,8 +139,8 @@ def test_mamba_ssm_folder(tmp_path, shape):
 
 
 def test_imported_models_keep_mambas_settings_not_the_thesis_recipes(tmp_path):
-    # the thesis recipes' initialisation and dropout place are recipe settings: an imported model (no dropout)
-    # and build("mamba-s6") keep mamba_ssm's initialisation and the default place
+    # the Ulbaek 2024 thesis recipes' initialisation and dropout place are recipe settings: an imported model (no
+    # dropout) and build("mamba-s6") keep mamba_ssm's initialisation and the default place
     make_hf(**SHAPES["tied"]).save_pretrained(tmp_path / "hf")
     write_mamba_ssm(tmp_path / "ssm", make_hf(**SHAPES["tied"]), SHAPES["tied"]["vocab_size"], 8)
     for folder in ("hf", "ssm"):
