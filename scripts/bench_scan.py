@@ -4,8 +4,8 @@
     python scripts/bench_scan.py --device cuda --out runs/bench_scan_cuda.json
 
 On CUDA (`--device cuda`, see `cuda_suite`) it runs in one process, synchronising around each timed
-run and reading peak memory from torch's allocator: S6 `selective_scan` at the thesis shape (batch
-32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16), with
+run and reading peak memory from torch's allocator: S6 `selective_scan` at the size of the Ulbaek 2024 thesis models
+(batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16), with
 and without resets, for "triton", "torch" and "mamba_ssm" (when importable; it takes no resets);
 `linear_scan` at S5's PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex
 modes) with resets; and `causal_conv1d` ("torch", with and without resets) against a depthwise

@@ -1,4 +1,4 @@
-"""Print our trainable parameter counts beside the thesis's tables 3 and 6, with their ratios.
+"""Print our trainable parameter counts beside Ulbaek 2024 thesis, tables 3 and 6, with their ratios.
 
     python scripts/param_table.py                    # table 6 with S4's IMDB character vocabulary (135)
     python scripts/param_table.py --vocab-size 259   # ... with the byte vocabulary instead

@@ -1,4 +1,4 @@
-"""Run the thesis 14.3.2 RoPE grid on a recipe of recipes/rope/.
+"""Run the RoPE grid of Ulbaek 2024 thesis, 14.3.2, on a recipe of recipes/rope/.
 
 Grid: base {10, 10000} x trainable θ {no, yes} x normalisation {no, yes (the rotation between the
 first and last token of a `max_length`-token sequence is π)}; for S6 also every non-empty subset of

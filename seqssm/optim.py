@@ -1,7 +1,7 @@
 """Optimizer groups from per-parameter tags.
 
 SSM parameters (A, B, C, dt of S4/S4D, A of S6) train at a fraction of the learning rate, 0.1x by
-default, without weight decay (thesis 12.2.4). Layers tag such parameters with `tag_ssm`; a model's
+default, without weight decay (Ulbaek 2024 thesis, 12.2.4). Layers tag such parameters with `tag_ssm`; a model's
 SSP config may set another fraction (`seqssm.blocks.SSPConfig.lr_scale`), which `set_ssm_lr_scale`
 writes into the tags; `param_groups` turns the tags into AdamW groups, so training code never matches
 parameter names.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-SSM_LR_SCALE = 0.1  # thesis 12.2.4
+SSM_LR_SCALE = 0.1  # Ulbaek 2024 thesis, 12.2.4
 
 
 def tag_param(param: nn.Parameter, lr_scale: float = 1.0, weight_decay: float = 0.0) -> nn.Parameter:

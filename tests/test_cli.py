@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from test_tasks import one_thread  # noqa: F401  (autouse: tiny models run on one thread)
+from tasks.helpers import one_thread  # noqa: F401  (autouse: tiny models run on one thread)
 
 from seqssm.cli import main
 from seqssm.models import SequenceModel

@@ -29,7 +29,8 @@ def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:
 
 
 class FeatureDropout(nn.Module):
-    """Dropout of whole features: x (B, L, D), the same features zeroed at every position (thesis 12.1.3)."""
+    """Dropout of whole features: x (B, L, D), the same features zeroed at every position (Ulbaek 2024 thesis,
+    12.1.3)."""
 
     def __init__(self, p: float = 0.0):
         super().__init__()

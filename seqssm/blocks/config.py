@@ -5,7 +5,7 @@
     block_config("mamba", ssp="s4d", d_state=16, bidirectional=True)     # the same, by flat names
 
 Each field's default is stated once, here: Mamba blocks around S6 with N=16 and RMSNorm, Simple blocks
-around S4D with N=64 and LayerNorm (thesis tables 2, 3), no dropout. `block_config` also reads the flat
+around S4D with N=64 and LayerNorm (Ulbaek 2024 thesis, tables 2, 3), no dropout. `block_config` also reads the flat
 names of the one-level model config of earlier seqssm versions (`FLAT_SSP_NAMES`), which recipes'
 `model_overrides`, old config.json files and old checkpoints use.
 """
@@ -20,8 +20,9 @@ from seqssm.layers.registry import layer_entry
 
 
 SSP_INITS = ("default", "thesis")
-# Thesis 12.2.4 as layer arguments: S4's A is its full DPLR form and S4D's the diagonal Λ (both LegS, B the LegS
-# vector in that basis), C ~ N(0, 1), D = 1 by default already; what differs is Δ's distribution and S6's A.
+# The initialisation of Ulbaek 2024 thesis, 12.2.4, as layer arguments: S4's A is its full DPLR form and S4D's the
+# diagonal Λ (both LegS, B the LegS vector in that basis), C ~ N(0, 1), D = 1 by default already; what differs is Δ's
+# distribution and S6's A.
 THESIS_INIT: dict[str, dict[str, Any]] = {
     "s4": {"dt_distribution": "uniform"},
     "s4d": {"init": "legs", "dt_distribution": "uniform"},
@@ -35,12 +36,12 @@ class SSPConfig:
 
     layer: a name of `seqssm.layers.LAYERS` ("s6", "s4d", "s4", "s5", ...). d_state: its state size (None: the
     layer's own default). lr_scale: the fraction of the learning rate its SSM parameters train at (None: the
-    layer's own, 0.1 for S4 / S4D / S6 / LSSL after thesis 12.2.4, 0.2 for S5). rope: options of `RotarySSP`
-    (base, trainable, normalize_len, targets) to put RoPE before the SSP ({} for the defaults), None for none.
-    layer_kwargs: the layer's other constructor arguments (e.g. {"dt_min": 0.01}).
+    layer's own, 0.1 for S4 / S4D / S6 / LSSL after Ulbaek 2024 thesis, 12.2.4, 0.2 for S5). rope: options of
+    `RotarySSP` (base, trainable, normalize_len, targets) to put RoPE before the SSP ({} for the defaults), None for
+    none. layer_kwargs: the layer's other constructor arguments (e.g. {"dt_min": 0.01}).
     init: "default", each layer's own initialisation (S4 / S4D: the S4 code's, Δ log-uniform in [0.001, 0.1];
-    S6: mamba_ssm's, A_n = -(n + 1)), or "thesis", thesis 12.2.4 for S4, S4D and S6 (`THESIS_INIT`): Δ uniform
-    in (0.001, 0.1) for S4 / S4D, S6's A = Re Λ of the LegS DPLR form (-1/2); B (LegS), C ~ N(0, 1) and D = 1
+    S6: mamba_ssm's, A_n = -(n + 1)), or "thesis" (Ulbaek 2024 thesis, 12.2.4) for S4, S4D and S6 (`THESIS_INIT`): Δ
+    uniform in (0.001, 0.1) for S4 / S4D, S6's A = Re Λ of the LegS DPLR form (-1/2); B (LegS), C ~ N(0, 1) and D = 1
     as by default. S6's B, C and Δ come from its input projections either way (12.2.4 says so too).
     """
 
@@ -56,8 +57,8 @@ class SSPConfig:
         if self.init not in SSP_INITS:
             raise ValueError(f"SSPConfig.init must be one of {SSP_INITS}, got {self.init!r}")
         if self.init == "thesis" and self.layer not in THESIS_INIT:
-            raise ValueError(f"init='thesis' (thesis 12.2.4) is defined for the layers {sorted(THESIS_INIT)}, not "
-                             f"{self.layer!r}; use init='default'")
+            raise ValueError(f"init='thesis' (Ulbaek 2024 thesis, 12.2.4) is defined for the layers "
+                             f"{sorted(THESIS_INIT)}, not {self.layer!r}; use init='default'")
         if self.lr_scale is not None and not self.lr_scale > 0:
             raise ValueError(f"SSPConfig.lr_scale must be positive (or None for the layer's own), got {self.lr_scale}")
         # JSON has no tuples: lists keep a config equal to itself after a round trip through config.json
@@ -104,16 +105,16 @@ DROPOUT_POSITIONS = ("ssp_output", "ssp_input", "in_proj")  # the Mamba block's;
 
 @dataclass(frozen=True)
 class MambaBlockConfig(BlockConfig):
-    """The Mamba block (thesis 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width d_conv
-    (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
+    """The Mamba block (Ulbaek 2024 thesis, 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width
+    d_conv (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
     rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
     (MambaBi, fig. 16); placebo: the same two branches without the flips. residual_in_fp32 keeps the residual
     sum in float32 when the model runs in lower precision.
 
     dropout_position: where the block's feature dropout acts (`DROPOUT_POSITIONS`). "ssp_output" (default): on
     the SSP's output, before the gate, as the Simple block does. "ssp_input": on the in_proj half that enters the
-    conv1d + SSP, thesis 12.1.4's place ("as close to the SSP as possible" while compatible with the fused
-    Mamba-s6 kernel, which takes in_proj's output and runs conv1d, SSP, gate and out_proj in one call); the
+    conv1d + SSP, the place of Ulbaek 2024 thesis, 12.1.4 ("as close to the SSP as possible" while compatible with the
+    fused Mamba-s6 kernel, which takes in_proj's output and runs conv1d, SSP, gate and out_proj in one call); the
     thesis's recipes use it. "in_proj": on all of in_proj's output, the gate half too (the thesis authors'
     public code)."""
 
@@ -143,7 +144,7 @@ class MambaBlockConfig(BlockConfig):
 
 @dataclass(frozen=True)
 class SimpleBlockConfig(BlockConfig):
-    """The Simple block of the S4 / S4D papers (thesis 12.1, fig. 9): post-norm, GELU, GLU."""
+    """The Simple block of the S4 / S4D papers (Ulbaek 2024 thesis, 12.1, fig. 9): post-norm, GELU, GLU."""
 
     kind: ClassVar[str] = "simple"
     final_norm: ClassVar[bool] = False  # each block ends in its own (post) norm

@@ -1,4 +1,4 @@
-"""The Mamba block (thesis 12.1, fig. 9) with any SSP, and its bidirectional and placebo forms (fig. 16).
+"""The Mamba block (Ulbaek 2024 thesis, 12.1, fig. 9) with any SSP, and its bidirectional and placebo forms (fig. 16).
 
 Like mamba_ssm's `mamba_simple.Mamba`, the block switches to channels first, (B, d_inner, L), once after
 in_proj and back once before out_proj; the conv1d and the SSP in between read that layout.
@@ -32,7 +32,7 @@ class ConvSSPBranch(ChannelsFirstLayer):
         self.d_inner, self.d_conv = d_inner, d_conv
         self.d_model = d_inner  # the width of this branch's input, as the layer contract reads it
         # An nn.Conv1d only to hold weight (d_inner, 1, d_conv) and bias with PyTorch's default init
-        # (thesis 12.2.4) and mamba_ssm's parameter layout; the computation is `causal_conv1d`.
+        # (Ulbaek 2024 thesis, 12.2.4) and mamba_ssm's parameter layout; the computation is `causal_conv1d`.
         self.conv1d = nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, bias=conv_bias)
         self.ssp = make_ssp(ssp, d_inner, **ssp_kwargs)
 
@@ -63,8 +63,8 @@ class MambaBlock(SequenceLayer):
 
     norm -> in_proj to (x, z), 2 x expand x d_model -> conv1d + SiLU -> SSP -> feature dropout ->
     * SiLU(z) -> out_proj -> + residual (dropout there by default; config.dropout_position moves it onto x
-    before the conv1d, thesis 12.1.4, or onto both x and z). `bidirectional`: a second conv1d + SSP branch runs on each
-    sequence reversed within its own length and its output, reversed back, is added (non-causal;
+    before the conv1d, Ulbaek 2024 thesis, 12.1.4, or onto both x and z). `bidirectional`: a second conv1d + SSP branch
+    runs on each sequence reversed within its own length and its output, reversed back, is added (non-causal;
     `scan`/`step` raise). `placebo`: the same two branches without the flips (causal). Settings: `config`.
     State: (conv state, SSP state); for placebo, one such pair per branch. With RoPE (config.ssp.rope)
     the SSP state is (SSP state, positions).

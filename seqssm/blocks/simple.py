@@ -1,4 +1,4 @@
-"""The Simple block of the S4 / S4D papers (thesis 12.1, fig. 9)."""
+"""The Simple block of the S4 / S4D papers (Ulbaek 2024 thesis, 12.1, fig. 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An SSP with rotary positional embedding on its inputs (thesis 14.3), speaking the layer contract."""
+"""An SSP with rotary positional embedding on its inputs (Ulbaek 2024 thesis, 14.3), speaking the layer contract."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class RotarySSP(SequenceLayer):
     """RoPE then an SSP: x (B, L, D) -> (B, L, D); state (SSP state, next position (B,) long).
 
     `targets` says which SSP inputs see RoPE(x) rather than x: for S6 any non-empty subset of
-    ("x", "B", "C", "delta") (thesis 14.3.2: the sequence itself, or only the projections that
+    ("x", "B", "C", "delta") (Ulbaek 2024 thesis, 14.3.2: the sequence itself, or only the projections that
     make B, C or Δ); for S4 / S4D only ("x",). Default: all of them, i.e. RoPE right before the SSP.
     Positions restart from 0 at a reset, so a reset hides the token count before it too.
     """

@@ -165,7 +165,7 @@ class SpeciesDataset(Dataset):
         short = self.L - len(ids)
         if short > 0 and not (self.sampling == "thesis" and self.end_token == "pad"):
             pad = np.full(short, self.tokenizer.n_token_id, dtype=np.uint8)
-            # HyenaDNA left-pads (rjust); the thesis rule pads past the end, on the right
+            # HyenaDNA left-pads (rjust); Ulbaek 2024's rule pads past the end, on the right
             ids = np.concatenate([pad, ids] if self.sampling == "hyenadna" else [ids, pad])
         if self.reverse:
             ids = ids[::-1].copy()
@@ -193,10 +193,10 @@ class SpeciesDataModule(SeqDataModule):
 
     `task="classification"` adds labels (species index, `n_classes = len(species)`); "ntp" and
     "mlm" yield inputs only. `train_subset` picks the training chromosomes: "all" (HyenaDNA),
-    or the thesis's limited-finetune split (16.5-16.6): "finetune" = the first `finetune_bases`
+    or Ulbaek 2024's limited-finetune split (16.5-16.6): "finetune" = the first `finetune_bases`
     of one training chromosome per species, "pretrain" = every other training chromosome of every
     species. Which chromosome (`finetune_chromosomes`): "smallest" (default) the shortest training
-    chromosome of each species, by length in the data (ties: the first in the split), as the thesis
+    chromosome of each species, by length in the data (ties: the first in the split), as the Ulbaek 2024 thesis
     authors' code chose them; "first" the split's first training chromosome ("2"); or a dict
     {species: chromosome} (species it leaves out take the smallest). Validation and test always
     use the validation/test chromosomes. `generate=True` writes synthetic genomes

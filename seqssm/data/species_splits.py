@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-DEFAULT_SPECIES = ("human", "lemur", "mouse", "pig", "hippo")  # HyenaDNA's five-species task, the thesis's
+DEFAULT_SPECIES = ("human", "lemur", "mouse", "pig", "hippo")  # HyenaDNA's five-species task, Ulbaek 2024's
 _STD_VALID, _STD_TEST = ["1", "3", "12", "13"], ["5", "7", "9", "10", "11"]
 
 

@@ -1,7 +1,7 @@
-"""HiPPO-LegS and the initialisations derived from it (thesis 9.1, 9.2, 12.2.4).
+"""HiPPO-LegS and the initialisations derived from it (Ulbaek 2024 thesis, 9.1, 9.2, 12.2.4).
 
-Sign convention: `hippo_legs` returns the continuous-time transition A = -A_LegS of the thesis'
-equation (76) (the LegS ODE is dc/dt = -(1/t) A_LegS c + ...), so all its eigenvalues are
+Sign convention: `hippo_legs` returns the continuous-time transition A = -A_LegS of Ulbaek 2024
+thesis, equation (76) (the LegS ODE is dc/dt = -(1/t) A_LegS c + ...), so all its eigenvalues are
 negative: -1, -2, ..., -N.
 """
 
@@ -77,7 +77,8 @@ def s4_init(N: int, H: int, dtype: torch.dtype = torch.float32):
 
 def log_dt_init(H: int, dt_min: float = 0.001, dt_max: float = 0.1, dtype: torch.dtype = torch.float32,
                 distribution: str = "log-uniform") -> torch.Tensor:
-    """log Δ (H,), Δ in [dt_min, dt_max]: log-uniform (the S4 papers' and code's), or "uniform" (thesis 12.2.4)."""
+    """log Δ (H,), Δ in [dt_min, dt_max]: log-uniform (the S4 papers' and code's), or "uniform" (Ulbaek 2024 thesis,
+    12.2.4)."""
     if not 0 < dt_min <= dt_max:
         raise ValueError(f"need 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
     if distribution not in DT_DISTRIBUTIONS:
@@ -90,5 +91,5 @@ def log_dt_init(H: int, dt_min: float = 0.001, dt_max: float = 0.1, dtype: torch
 
 def legs_real_part(N: int) -> torch.Tensor:
     """Re Λ (N,) of the LegS DPLR form, float64: -1/2 for every mode and its conjugate (`legs_nplr`); S6's A under
-    thesis 12.2.4 ("In s6 the A matrix is initialized as Re(Λ) from the DPLR decomposition"), any N."""
+    Ulbaek 2024 thesis, 12.2.4 ("In s6 the A matrix is initialized as Re(Λ) from the DPLR decomposition"), any N."""
     return torch.full((N,), -0.5, dtype=torch.float64)

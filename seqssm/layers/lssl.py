@@ -8,11 +8,11 @@ B̄_h = Δ_h (I - Δ_h/2 A)^{-1} B.
 
 Without resets or mask the layer is a convolution with the Krylov kernel K_j = C Ā^j B̄
 (van Gelooven 2025, eq. 2.8), computed by repeated squaring; a carried state adds its free response
-C Ā^(t+1) h_0. With resets or a mask `scan` runs the dense recurrence step by step, which the
-thesis notes the Krylov form cannot express (section 2.2.3); like S4's, it is correct, not fast.
+C Ā^(t+1) h_0. With resets or a mask `scan` runs the dense recurrence step by step, which, as
+van Gelooven 2025 thesis, 2.2.3, notes, the Krylov form cannot express; like S4's, it is correct, not fast.
 
 LSSL learns A, B and Δ (tagged for 0.1x learning rate, no weight decay) besides C and D.
-LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in the thesis (section 2.1.2: "fixes
+LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in van Gelooven 2025 thesis, 2.1.2 ("fixes
 the state matrix A, input matrix B and sampling time Δt").
 """
 

@@ -1,8 +1,8 @@
-"""Rotary positional embedding (RoPE) on feature pairs, in the efficient form of thesis eq. 83.
+"""Rotary positional embedding (RoPE) on feature pairs, in the efficient form of Ulbaek 2024 thesis, eq. 83.
 
 Token k's features (x_1, x_2), (x_3, x_4), ... are rotated by the angles k θ_1, k θ_2, ... with
 θ_i = base^(-2(i-1)/d):  RoPE(x_k) = x_k ⊗ cos(k θ) + rot(x_k) ⊗ sin(k θ),  rot(x) = (-x_2, x_1, -x_4, x_3, ...),
-each angle repeated for the two features of its pair. Options (thesis 14.3.2): the base (10 or 10000),
+each angle repeated for the two features of its pair. Options (Ulbaek 2024 thesis, 14.3.2): the base (10 or 10000),
 a trainable θ, and a normalisation that scales the angles so that the rotation between the first and
 the last token of a `normalize_len`-token sequence is exactly π for the fastest-turning pair.
 The normalisation length is fixed at construction, not read from the input, so RoPE stays causal

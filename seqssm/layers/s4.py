@@ -1,4 +1,4 @@
-"""S4: the diagonal-plus-low-rank structured state space layer (thesis 7.4, 9.2).
+"""S4: the diagonal-plus-low-rank structured state space layer (Ulbaek 2024 thesis, 7.4, 9.2).
 
 Each channel is a SISO system of state size N whose transition is A = Λ - p p^* over the N/2
 modes Λ and their implicit conjugates (`seqssm.ops.ssm_kernels.dplr_dense`), initialised to

@@ -1,4 +1,4 @@
-"""S4D: the diagonal structured state space layer (thesis 7.2, 7.3).
+"""S4D: the diagonal structured state space layer (Ulbaek 2024 thesis, 7.2, 7.3).
 
 Each of the H channels is its own SISO system with N/2 complex modes (the other N/2 are their
 conjugates, implicit): h_t = Ā h_{t-1} + B̄ x_t, y_t = 2 Re(C h_t) + D x_t. Training runs the
@@ -6,7 +6,7 @@ convolution with the Vandermonde kernel by FFT; `scan` and `step` run the same r
 
 Parametrisation: A = -exp(log_A_real) + i A_imag, so Re A < 0 for any parameter values and the
 discrete system stays stable through training; Δ = exp(log_dt). A, B, C, Δ train at 0.1x lr
-without weight decay (thesis 12.2.4). SSM numerics run in at least float32 with autocast off.
+without weight decay (Ulbaek 2024 thesis, 12.2.4). SSM numerics run in at least float32 with autocast off.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from seqssm.ops.ssm_kernels import (
 
 def init_diagonal_ssm(layer: nn.Module, A: torch.Tensor, B: torch.Tensor, dt_min: float, dt_max: float,
                       dt_distribution: str = "log-uniform") -> None:
-    """Give `layer` (with d_model, d_state) the parameters S4 and S4D share (thesis 12.2.4): A (H, N/2) as
+    """Give `layer` (with d_model, d_state) the parameters S4 and S4D share (Ulbaek 2024 thesis, 12.2.4): A (H, N/2) as
     Re A = -exp(log_A_real) < 0 and A_imag, B (H, N/2), C ~ N(0, 1) complex (unscaled: E|C|^2 = 1), Δ in
-    [dt_min, dt_max] log-uniform (S4's code) or uniform (`dt_distribution`, thesis 12.2.4), all tagged as
+    [dt_min, dt_max] log-uniform (S4's code) or uniform (`dt_distribution`, Ulbaek 2024 thesis, 12.2.4), all tagged as
     SSM parameters, and D = 1."""
     layer.log_A_real = ssm_param(torch.log(-A.real))
     layer.A_imag = ssm_param(A.imag)

@@ -1,4 +1,4 @@
-"""S6: the selective state space layer of Mamba (thesis 7.5), Δ, B and C computed from the input."""
+"""S6: the selective state space layer of Mamba (Ulbaek 2024 thesis, 7.5), Δ, B and C computed from the input."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ class S6(ChannelsFirstLayer):
     `step_projected` run it on Δ, B and C that the caller projected (RoPE on some of them, say).
 
     A = -exp(A_log) stays negative; at init A_n = -(n + 1) (S4D-Real, mamba_ssm's; A_init="mamba") or A = Re Λ
-    of the LegS DPLR form, -1/2 everywhere (A_init="legs", thesis 12.2.4). Δ = softplus(dt_proj(.) + bias) with
-    the bias set so that Δ starts log-uniform in [dt_min, dt_max]; B, C from `x_proj`; D = 1.
+    of the LegS DPLR form, -1/2 everywhere (A_init="legs", Ulbaek 2024 thesis, 12.2.4). Δ = softplus(dt_proj(.) + bias)
+    with the bias set so that Δ starts log-uniform in [dt_min, dt_max]; B, C from `x_proj`; D = 1.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, the thesis models."""
+"""Sequence models: SequenceModel (embedding -> blocks -> pooling -> head), its typed config, Ulbaek 2024's models."""
 
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.registry import (

@@ -1,12 +1,12 @@
-"""Named models of the thesis: `build("mamba-s6-bi", vocab_size=256, n_classes=2)`.
+"""Named models of the Ulbaek 2024 thesis: `build("mamba-s6-bi", vocab_size=256, n_classes=2)`.
 
 A name is <block>-<layer>[-variant ...]: a block of `seqssm.blocks.BLOCKS` around a layer of
-`seqssm.layers.LAYERS`. The thesis' base names are simple-s4, simple-s4d, mamba-s4, mamba-s4d,
+`seqssm.layers.LAYERS`. Ulbaek 2024's base names are simple-s4, simple-s4d, mamba-s4, mamba-s4d,
 mamba-s6 (BASE_NAMES); any other registered layer builds the same way. Variant suffixes, combinable as
 one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
 without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
 fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
-Defaults follow thesis tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64
+Defaults follow Ulbaek 2024 thesis, tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64
 (the block configs' own defaults give N; see `seqssm.blocks.config`).
 """
 
@@ -18,7 +18,7 @@ from seqssm.layers.registry import LAYERS
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.sequence_model import SequenceModel
 
-BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # the thesis' models
+BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # Ulbaek 2024's models
 VARIANTS = ("bi", "placebo", "sm", "rope")
 
 BASE_WIDTH = {"mamba": 116, "simple": 170}  # table 2
@@ -30,15 +30,16 @@ VARIANT_WIDTH = {
     ("s4d", "sm"): 140, ("s6", "sm"): 170,
 }
 
-# Trainable parameter counts the thesis reports, to check ours against (scripts/param_table.py).
+# Trainable parameter counts the Ulbaek 2024 thesis reports, to check ours against (scripts/param_table.py).
 # Table 3: Cifar10-numerical (d_input 3, 10 classes), whole model and inside the SSPs.
 THESIS_TABLE3 = {
     "mamba-s6": (587_000, 95_000), "mamba-s4d": (564_000, 72_000), "mamba-s4": (587_000, 95_000),
     "simple-s4d": (551_000, 200_000), "simple-s4": (616_000, 266_000),
 }
-# Table 6: IMDB (token ids, 2 classes), embedding and classifier included. The thesis read IMDB with S4's loader,
-# whose character vocabulary (`seqssm.data.CharVocabulary`) S4's dataset config sizes at 135 for min_freq 15: the
-# embedding these counts hold (the exact size is the data's: the thesis recipes build it from the training split).
+# Table 6: IMDB (token ids, 2 classes), embedding and classifier included. The Ulbaek 2024 thesis read IMDB with S4's
+# loader, whose character vocabulary (`seqssm.data.CharVocabulary`) S4's dataset config sizes at 135 for min_freq 15:
+# the embedding these counts hold (the exact size is the data's: the Ulbaek 2024 thesis recipes build it from the
+# training split).
 THESIS_TABLE6_VOCAB_SIZE = 135
 THESIS_TABLE6 = {
     "mamba-s4d": 575_000, "mamba-s4d-bi": 576_000, "mamba-s4d-sm": 816_000,
@@ -69,10 +70,11 @@ def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **
     variant = {}
     if shape is not None:
         if block != "mamba":
-            raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (thesis 15.2)")
+            raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (Ulbaek 2024 thesis, 15.2)")
         key = (ssp, "bi" if shape == "placebo" else shape)
         if key not in VARIANT_WIDTH and "d_model" not in overrides:
-            raise ValueError(f"{name!r}: the thesis gives no {shape} width for Mamba-{ssp}; pass d_model=...")
+            raise ValueError(f"{name!r}: the Ulbaek 2024 thesis gives no {shape} width for Mamba-{ssp}; "
+                             "pass d_model=...")
         width = VARIANT_WIDTH.get(key, width)
         variant = {"bidirectional": shape == "bi", "placebo": shape == "placebo"}
     config = SequenceModelConfig(

@@ -1,4 +1,4 @@
-"""SequenceModel: embedding -> block stack (+ final norm) -> pooling -> head (thesis 4.2.3, 12.1)."""
+"""SequenceModel: embedding -> block stack (+ final norm) -> pooling -> head (Ulbaek 2024 thesis, 4.2.3, 12.1)."""
 
 from __future__ import annotations
 

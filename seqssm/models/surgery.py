@@ -1,4 +1,4 @@
-"""Model surgery for bidirectional pretraining (thesis 16.1.1): F1 and F1R1.
+"""Model surgery for bidirectional pretraining (Ulbaek 2024 thesis, 16.1.1): F1 and F1R1.
 
 - `to_bidirectional(causal)` (F1): the bidirectional Mamba model of the same widths whose reverse
   branch in every block is a copy of that block's conv1d + SSP (for S6 also its x/Δ projections,
@@ -7,8 +7,8 @@
 - `fuse_f1r1(forward, reverse)` (F1R1): the same, but each block's reverse branch comes from a
   second causal model trained on reversed sequences; everything else from the forward model.
 
-Widths are the parents': the result is the bidirectional model at the causal model's d_model. Thesis
-16.7.2: "during pretraining F1 has reduced parameter count: Only by the stage of finetuning when its
+Widths are the parents': the result is the bidirectional model at the causal model's d_model. Ulbaek
+2024 thesis, 16.7.2: "during pretraining F1 has reduced parameter count: Only by the stage of finetuning when its
 SSPs are duplicated does F1 reach the full parameter count prescribed in table 6." So the causal
 model that F1 / F1R1 start from is pretrained at the bidirectional model's width (Mamba-s6 at d=107),
 and the surgery brings it to Mamba-s6-Bi at d=107, the parameter count of table 6's bidirectional row.
@@ -67,7 +67,7 @@ def _check_causal_mamba(model: SequenceModel, role: str) -> None:
     block = model.config.block
     if not isinstance(block, MambaBlockConfig):
         raise SurgeryError(f"{role} model has {block.kind!r} blocks; the surgery needs Mamba blocks "
-                           "(only the Mamba block has the conv1d + SSP branch it copies, thesis 15.2.1)")
+                           "(only the Mamba block has the conv1d + SSP branch it copies, Ulbaek 2024 thesis, 15.2.1)")
     if block.bidirectional:
         raise SurgeryError(f"{role} model is already bidirectional (config bidirectional=True); the surgery "
                            "starts from a causal model")

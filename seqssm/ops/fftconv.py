@@ -1,4 +1,4 @@
-"""Causal long convolution by FFT (thesis 6.5.1), in the layers' (batch, L, channels) layout."""
+"""Causal long convolution by FFT (Ulbaek 2024 thesis, 6.5.1), in the layers' (batch, L, channels) layout."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Convolution kernels of linear time-invariant SSMs: K_j = C Ā^j B̄, j < L (thesis 6.5).
+"""Convolution kernels of linear time-invariant SSMs: K_j = C Ā^j B̄, j < L (Ulbaek 2024 thesis, 6.5).
 
 Conventions shared by S4D and S4. A state of size N is stored as N/2 complex modes whose
 conjugate partners are implicit, so every system here is real: its output is 2 Re(C h) in the
 diagonal case, and in the DPLR case the low-rank term couples each mode with its partner
 (see `dplr_dense`). Channels H are independent (SISO).
 
-- `discretize_diag` / `discretize_dense`: ZOH and bilinear discretisation (thesis 6.3).
+- `discretize_diag` / `discretize_dense`: ZOH and bilinear discretisation (Ulbaek 2024 thesis, 6.3).
 - `vandermonde_product` + `s4d_kernel`: the diagonal kernel as a Vandermonde product (7.2).
 - `cauchy_bilinear` + `dplr_kernel`: the S4 kernel from its truncated generating function at
   the roots of unity, via Woodbury and Cauchy sums, then an inverse FFT (7.4).

@@ -1,4 +1,5 @@
-"""Studies that chain training stages: `seqssm study species` (thesis 16) and the training clock it reads."""
+"""Studies that chain training stages: `seqssm study species` (Ulbaek 2024 thesis, 16) and the training clock it
+reads."""
 
 from .callbacks import TrainClock
 

@@ -13,7 +13,8 @@ def _mean(values: list[float]) -> float:
 
 
 def arm_table(summary: dict) -> list[tuple[str, dict[int, float]]]:
-    """[(arm, {length: final validation accuracy})], best mean accuracy first (thesis fig. 21's legend order)."""
+    """[(arm, {length: final validation accuracy})], best mean accuracy first (the legend order of Ulbaek 2024 thesis,
+    fig. 21)."""
     rows = [(arm, {int(length): r["final"] for length, r in by_length.items()})
             for arm, by_length in summary["finetune"].items()]
     return sorted(rows, key=lambda row: -_mean(list(row[1].values())))
@@ -51,7 +52,7 @@ def markdown(summary: dict) -> str:
         if both:
             ratios = ", ".join(f"L={n}: {ntp[n]['median_step_s'] / mlm[n]['median_step_s']:.2f}" for n in both)
             lines += ["", "F1's pretraining (causal NTP) / MLM-bidirectional pretraining, median step time (same "
-                          f"number of steps): {ratios} (thesis 16.7.2: about 0.5)."]
+                          f"number of steps): {ratios} (Ulbaek 2024 thesis, 16.7.2: about 0.5)."]
     return "\n".join(lines) + "\n"
 
 

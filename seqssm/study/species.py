@@ -1,10 +1,11 @@
-"""The species pretraining study (thesis 16): every pretraining stage, surgery and finetuning arm, per length.
+"""The species pretraining study (Ulbaek 2024 thesis, 16): every pretraining stage, surgery and finetuning arm,
+per length.
 
     seqssm study species --lengths 4096 8192 16384 --data-dir data/species --out runs/species
     seqssm study species --preset cpu-small --out runs/species-small      # synthetic genomes, ~30 min on 2 cores
 
-F1 and F1R1 pretrain their causal models at the bidirectional width (thesis 16.7.2: F1 reaches the parameter
-count of table 6 only when its SSPs are duplicated), so every finetuning arm has its table 6 model's parameter
+F1 and F1R1 pretrain their causal models at the bidirectional width (Ulbaek 2024 thesis, 16.7.2: F1 reaches the
+parameter count of table 6 only when its SSPs are duplicated), so every finetuning arm has its table 6 model's parameter
 count; `f1_width="causal"` (`--f1-width causal`) pretrains them at the causal width instead, as seqssm did before.
 
 Each training stage is one `seqssm fit` run: its recipe from `recipes/species/`, merged with the
@@ -70,7 +71,8 @@ PRETRAINING = {
     "ntp": Pretraining("pretrain_ntp.yaml", "causal"),  # the NTP arm's
     "ntp-f1": Pretraining("pretrain_ntp.yaml", "f1"),  # F1's and F1R1's forward model
     "ntp-reverse": Pretraining("pretrain_ntp_reverse.yaml", "f1"),  # R1
-    "ntp-reverse-warm": Pretraining("pretrain_ntp_reverse.yaml", "f1", init_from="ntp-f1"),  # thesis 16.7.4
+    # R1 started from the forward model (Ulbaek 2024 thesis, 16.7.4)
+    "ntp-reverse-warm": Pretraining("pretrain_ntp_reverse.yaml", "f1", init_from="ntp-f1"),
     "mlm-bi": Pretraining("pretrain_mlm_bi.yaml", "bidirectional"),
 }
 # surgery name -> (function name in seqssm.models.surgery, pretraining stages it takes, in argument order)
@@ -90,7 +92,7 @@ ARMS = {
     "f1r1-warm": Arm(True, "f1", surgery="f1r1-warm"),
 }
 FINETUNE_RECIPE = "finetune.yaml"
-F1_WIDTHS = ("bidirectional", "causal")  # f1_width: thesis 16.7.2, or seqssm's earlier setting
+F1_WIDTHS = ("bidirectional", "causal")  # f1_width: Ulbaek 2024 thesis, 16.7.2, or seqssm's earlier setting
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class Preset:
     """Study-wide settings on top of the recipes: lengths, widths, recipe overrides, synthetic data."""
 
     lengths: tuple[int, ...]
-    widths: dict[str, int] | None = None  # {"causal", "bidirectional"}; None: thesis table 6 (the registry's)
+    # {"causal", "bidirectional"}; None: Ulbaek 2024 thesis, table 6 (the registry's)
+    widths: dict[str, int] | None = None
     overrides: dict[str, dict] = field(default_factory=dict)  # "all" / "pretrain" / "finetune" -> recipe overrides
     synthetic: dict[str, Any] | None = None  # write_genomes() arguments when the data folder has no genomes
 
@@ -108,7 +111,7 @@ PRESETS = {
     # The same grid at toy scale on synthetic genomes: per species an order-2 Markov chain with rows
     # ~ Dirichlet(3), so short windows are ambiguous and a tiny language model starts to learn the chains
     # within a hundred steps. Finetuning sees only the first 2048 bases of one chromosome per species
-    # (16-64 windows). The lr keeps the thesis's 1/L rule, with reference lengths matched to these lengths.
+    # (16-64 windows). The lr keeps Ulbaek 2024's 1/L rule, with reference lengths matched to these lengths.
     "cpu-small": Preset(
         lengths=(32, 64, 128),
         widths={"causal": 32, "bidirectional": None},  # None: the parameter-matched width, computed

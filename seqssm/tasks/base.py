@@ -84,7 +84,7 @@ class SequenceTask(L.LightningModule):
             vocab_size, d_input, n_classes, mask_token_id, max_length: from the DataModule (linked by the CLI);
                 max_length (the training length) is read only by lr_reference_length.
             lr: peak learning rate; tagged SSM parameters train at their tag's fraction of it.
-            lr_reference_length: the thesis's length rule (16.3): the peak lr is lr * lr_reference_length /
+            lr_reference_length: Ulbaek 2024's length rule (16.3): the peak lr is lr * lr_reference_length /
                 max_length, so one recipe serves every training length. None: lr as given.
             weight_decay: AdamW weight decay of untagged matrices (tagged SSM parameters get their own).
             betas: AdamW betas.

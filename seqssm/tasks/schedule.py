@@ -1,4 +1,5 @@
-"""Learning-rate rules of the thesis: warmup then cosine decay to a floor (12.2.4); peak lr scaled by length (16.3)."""
+"""Learning-rate rules of Ulbaek 2024 thesis: warmup then cosine decay to a floor (12.2.4); peak lr scaled by
+length (16.3)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int = 0, min_ratio:
 
 
 def length_scaled_lr(lr: float, reference_length: int, length: int) -> float:
-    """The thesis's length rule (16.3): peak lr `lr * reference_length / length` for training length `length`."""
+    """Ulbaek 2024's length rule (16.3): peak lr `lr * reference_length / length` for training length `length`."""
     if length <= 0 or reference_length <= 0:
         raise ValueError(f"lengths must be positive, got reference_length={reference_length}, length={length}")
     return lr * reference_length / length

@@ -291,7 +291,7 @@ def test_missing_files_name_the_download_command(tmp_path):
 
 
 def test_fit_runs_on_downloaded_imdb(served, tmp_path, monkeypatch):
-    """`seqssm data download imdb`, then the thesis recipe finds the data at its default place."""
+    """`seqssm data download imdb`, then the Ulbaek 2024 thesis recipe finds the data at its default place."""
     from pathlib import Path
 
     from seqssm.cli import main

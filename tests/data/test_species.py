@@ -158,7 +158,8 @@ def test_limited_finetune_split_is_disjoint(tmp_path):
 
 
 def test_limited_finetune_takes_each_species_smallest_training_chromosome(tmp_path):
-    # thesis 16.6 finetunes on one chromosome per species; the authors' code took the smallest training one
+    # Ulbaek 2024 thesis, 16.6, finetunes on one chromosome per species; the authors' code took the smallest
+    # training one
     sizes = {"human": {"21": 240, "Y": 300}, "mouse": {"X": 180, "19": 180}}  # mouse: a tie, the split's first wins
     for sp in ("human", "mouse"):
         (tmp_path / sp).mkdir()

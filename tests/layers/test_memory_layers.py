@@ -78,9 +78,11 @@ def test_masked_scan_equals_per_sequence_scans(name):
     y, s = layer.scan(x, start, resets=resets, mask=mask)
     y_all, s_all = layer.scan(x, start, resets=resets, mask=torch.ones_like(mask))
     y_none, s_none = layer.scan(x, start, resets=resets)
-    torch.testing.assert_close(y_all, y_none, rtol=0, atol=0)
-    assert_close_states(s_all, s_none, rtol=0, atol=0)
+    # an all-true mask may take the masked path (its own operator or kernel): float64 rounding apart
+    torch.testing.assert_close(y_all, y_none, rtol=1e-12, atol=1e-12)
+    assert_close_states(s_all, s_none, rtol=1e-12, atol=1e-12)
 
+    # the same call on the same valid steps: padding is replaced before any arithmetic, so exactly inert
     x_other = torch.where(mask[..., None], x, rand(3, L, H, seed=3) * 100)
     y_other, s_other = layer.scan(x_other, start, resets=resets, mask=mask)
     torch.testing.assert_close(y_other, y, rtol=0, atol=0)
@@ -290,12 +292,14 @@ def test_gru_is_torch_gru_and_resets_restart_it():
     h0 = rand(2, H, seed=7)
     y, s = layer.scan(x, h0)
     y_ref, s_ref = layer.gru(x, h0[None])
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)  # without resets: the very same nn.GRU call
     resets = torch.zeros(2, 12, dtype=torch.bool)
     resets[1, 5] = True
     y_r, _ = layer.scan(x, h0, resets=resets)
     torch.testing.assert_close(y_r[1, 5:], layer.gru(x[1:, 5:])[0][0], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(y_r[0], y[0], rtol=0, atol=0)
+    # a reset elsewhere splits the call at step 5: nn.GRU's input projection then runs as other matrix products,
+    # whose rounding differs by ~1e-16 on some CPUs
+    torch.testing.assert_close(y_r[0], y[0], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["s5", "kalman", "lssl", "mingru"])

@@ -1,4 +1,5 @@
-"""SSPConfig.init: "thesis" gives the initial parameters thesis 12.2.4 lists; "default" keeps S4's and Mamba's."""
+"""SSPConfig.init: "thesis" gives the initial parameters of Ulbaek 2024 thesis, 12.2.4; "default" keeps S4's
+and Mamba's."""
 
 import pytest
 import torch

@@ -101,7 +101,7 @@ def ssm_scales(module: torch.nn.Module) -> set[float]:
 
 def test_the_ssm_learning_rate_scale_is_a_setting_of_the_ssp():
     default = build("mamba-s6", vocab_size=12, n_classes=2, d_model=8, n_layers=1)
-    assert ssm_scales(default) == {0.1}  # thesis 12.2.4
+    assert ssm_scales(default) == {0.1}  # Ulbaek 2024 thesis, 12.2.4
     assert ssm_scales(build("mamba-s5", vocab_size=12, n_classes=2, d_model=8, n_layers=1, d_state=4)) == {0.2}
     scaled = build("simple-s4d", vocab_size=12, n_classes=2, d_model=8, n_layers=2, d_state=4,
                    block={"ssp": {"lr_scale": 0.25}})

@@ -85,8 +85,8 @@ def test_s5_is_parameter_matched_to_the_gru(name):
     ("species-pretraining", ("regular", "bidirectional"), 12, 5),
 ])
 def test_bidirectional_widths_are_parameter_matched(name, arms, vocab, classes):
-    """The bidirectional width is the largest whose parameter count stays within the causal model's (thesis table 6),
-    and F1's NTP parent has it too (thesis 16.7.2)."""
+    """The bidirectional width is the largest whose parameter count stays within the causal model's (Ulbaek 2024 thesis,
+    table 6), and F1's NTP parent has it too (Ulbaek 2024 thesis, 16.7.2)."""
     from seqssm.study.species import matched_bidirectional_width
 
     runs = {r.key.split("/")[0]: r.config for r in runs_of(name) if r.seed == 0}

@@ -1,4 +1,5 @@
-"""Callbacks that stage the faults the resume tests need: signals, kills, non-finite gradients; and an lr recorder.
+"""What the task tests share: tiny token data, tiny tasks and trainers, a one-thread fixture; and callbacks that
+stage the faults the resume tests need (signals, kills, non-finite values) and record learning rates.
 
 Importable as `tasks.helpers` (tests/ is on the path), also from a `seqssm fit` subprocess given PYTHONPATH=tests.
 """
@@ -9,7 +10,69 @@ import os
 import signal
 
 import lightning as L
+import numpy as np
+import pytest
 import torch
+
+from seqssm.data import SeqDataModule
+from seqssm.tasks import Classification
+from seqssm.tasks.resume import ResumableTrainData
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread; two threads on a busy 2-core machine wait far longer than they work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+TINY = {"d_model": 16, "n_layers": 1, "dropout": 0.0}
+VOCAB, PAD, MASK, CLASSES = 12, 0, 3, 3
+
+
+class TinyTokens(SeqDataModule):
+    """Token sequences of varied length whose class sets which tokens dominate; vocab 12, pad 0, [MASK] 3."""
+
+    name = "tiny"
+
+    def __init__(self, n_train: int = 96, n_eval: int = 32, batch_size: int = 16, seed: int = 0):
+        super().__init__(data_dir="unused", batch_size=batch_size, seed=seed)
+        self.vocab_size, self.n_classes, self.pad_token_id, self.mask_token_id = VOCAB, CLASSES, PAD, MASK
+        self.sizes = (n_train, n_eval)
+
+    def build_splits(self):
+        rng = np.random.default_rng(self.seed)
+
+        def items(n):
+            out = []
+            for _ in range(n):
+                label = int(rng.integers(CLASSES))
+                length = int(rng.integers(8, 17))
+                common = rng.random(length) < 0.7
+                ids = np.where(common, 4 + 2 * label + rng.integers(0, 2, length), rng.integers(4, VOCAB, length))
+                out.append((ids.astype(np.uint8), label))
+            return out
+
+        n_train, n_eval = self.sizes
+        return {"train": items(n_train), "val": items(n_eval), "test": items(n_eval)}
+
+
+def make_task(cls=Classification, model="mamba-s6", **kwargs):
+    dims = dict(vocab_size=VOCAB, n_classes=CLASSES, mask_token_id=MASK)
+    return cls(model=model, model_overrides={**TINY, **kwargs.pop("model_overrides", {})}, **dims, **kwargs)
+
+
+def make_trainer(tmp_path=None, **kwargs):
+    defaults = dict(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                    enable_checkpointing=False, callbacks=[ResumableTrainData()], default_root_dir=tmp_path)
+    return L.Trainer(**{**defaults, **kwargs})
+
+
+def a_batch(data: TinyTokens, split: str = "val"):
+    data.setup()
+    return next(iter(data.val_dataloader() if split == "val" else data.train_dataloader()))
 
 
 class SignalAt(L.Callback):
@@ -62,3 +125,15 @@ class RecordLR(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.lrs[trainer.global_step] = [g["lr"] for g in trainer.optimizers[0].param_groups]
+
+
+class PoisonAt(L.Callback):
+    """Turns the head's weights into NaN right before optimizer step `step`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                pl_module.model.head.weight.fill_(float("nan"))

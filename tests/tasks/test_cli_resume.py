@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from test_cli import workdir  # noqa: F401
-from test_tasks import one_thread  # noqa: F401
 
 from seqssm.cli import main
+
+from .helpers import one_thread  # noqa: F401
 
 
 def fit(*args):

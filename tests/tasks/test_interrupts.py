@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import pytest
 import torch
 import yaml
 from test_cli import workdir  # noqa: F401
-from test_tasks import TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 import seqssm.tasks.checkpoint as checkpoint_module
 from seqssm.cli import main
@@ -25,7 +23,7 @@ from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.files import AtomicCheckpointIO, temporary_path
 from seqssm.tasks.resume import ResumableTrainData
 
-from .helpers import SignalAt
+from .helpers import SignalAt, TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -125,7 +123,8 @@ def test_kill_9_while_writing_a_checkpoint_then_resume_reaches_the_uninterrupted
     recipe = yaml.safe_load((workdir / "tiny.yaml").read_text())
     (workdir / "killed.yaml").write_text(yaml.safe_dump({**recipe, "trainer": {**recipe["trainer"], "callbacks": killer}}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [shutil.which("seqssm") or sys.executable, *([] if shutil.which("seqssm") else ["-m", "seqssm.cli"])]
+    script = Path(sys.executable).with_name("seqssm")  # this interpreter's own entry point, whatever PATH holds
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "seqssm.cli"]
     run = subprocess.run([*command, "fit", "--config", "killed.yaml", *extra], cwd=workdir, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]

@@ -8,9 +8,10 @@ import signal
 
 import lightning as L
 import pytest
-from test_tasks import TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 from seqssm.tasks.logs import CSVLogger
+
+from .helpers import TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 
 class DiskFullAt(L.Callback):
@@ -67,8 +68,8 @@ def test_metrics_csv_keeps_its_rows_when_the_disk_is_full(tmp_path, when):
     from pathlib import Path
 
     tests = Path(__file__).resolve().parents[1]
-    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tasks']; "
-            "from test_logs import run_until_the_disk_is_full as run; run(sys.argv[2], sys.argv[3])")
+    code = ("import sys; sys.path[:0] = [sys.argv[1]]; "
+            "from tasks.test_logs import run_until_the_disk_is_full as run; run(sys.argv[2], sys.argv[3])")
     child = subprocess.run([sys.executable, "-c", code, str(tests), str(tmp_path), when], capture_output=True,
                            text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]

@@ -6,13 +6,12 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from test_tasks import PoisonAt, TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 from seqssm.tasks import NonFiniteLossError
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.resume import ResumableTrainData
 
-from .helpers import PoisonGradientAt
+from .helpers import PoisonAt, PoisonGradientAt, TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 
 def fit(folder, callbacks=(), ckpt_path=None, max_epochs=2):

@@ -9,12 +9,11 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from test_tasks import TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.resume import ResumableTrainData
 
-from .helpers import RecordLR
+from .helpers import RecordLR, TinyTokens, make_task, make_trainer, one_thread  # noqa: F401
 
 BATCHES = 6  # TinyTokens: 96 training sequences in batches of 16
 FLAT = {"min_lr_ratio": 1.0}  # a constant lr: runs of different lengths share their first steps exactly

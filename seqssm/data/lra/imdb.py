@@ -2,7 +2,7 @@
 
 Two vocabularies: UTF-8 bytes (`tokens="bytes"`, 259 ids, known without data) or S4's characters
 (`tokens="chars"`: the training split's characters seen at least 15 times, plus 3 specials; about 135 ids),
-which the thesis's recipes use: the thesis ran S4's IMDB loader, so its table 6 parameter counts hold
+which the recipes of Ulbaek 2024 use: that thesis ran S4's IMDB loader, so its table 6 parameter counts hold
 an embedding of that vocabulary.
 """
 
@@ -94,7 +94,7 @@ class IMDBDataModule(SeqDataModule):
     tokens: "bytes" (default; vocab 259: UTF-8 bytes after 3 specials) or "chars" (S4's character vocabulary,
     `CharVocabulary`: built here from the training split's first max_length - 1 characters per review with
     `min_freq`, cached under cache_dir; so the data must be there when the module is made).
-    Validation is the test split (as in S4). `max_length` 4096 by default; the thesis's RoPE
+    Validation is the test split (as in S4). `max_length` 4096 by default; Ulbaek 2024's RoPE
     and bidirectional studies use 1024.
     """
 

@@ -1,4 +1,4 @@
-"""The thesis's sequence-classification claims on a generated LRA-style task: RoPE before the SSP (Ulbaek 2024
+"""Sequence-classification claims of Ulbaek 2024 on a generated LRA-style task: RoPE before the SSP (Ulbaek 2024
 thesis, 14) and bidirectional vs causal vs placebo Mamba blocks (15), on generated ListOps at small widths.
 Every run is a `seqssm fit` config from recipes/reproduce/<claim>/."""
 
@@ -96,7 +96,7 @@ class RopeClaim(ListOpsClaim):
              "passes the baseline mean (fig. 13); at best RoPE does not harm (14.6). Here: vanilla RoPE (base 10000, "
              "fixed θ, before every SSP) on generated ListOps.")
     arms = ("mamba-s4d", "mamba-s4d-rope", "mamba-s6", "mamba-s6-rope")
-    figure_title = "RoPE vs none (cf. thesis fig. 13)"
+    figure_title = "RoPE vs none (cf. Ulbaek 2024 thesis, fig. 13)"
     paper_values = {"mamba-s4d-rope": {"acc": "≤ baseline (fig. 13)"}, "mamba-s6-rope": {"acc": "< baseline mean"}}
     comparisons = (
         Comparison("acc", "mamba-s4d-rope", "mamba-s4d", "not_greater", "no RoPE gain for S4D (figs. 13, 14)"),
@@ -112,11 +112,11 @@ class BidirectionalClaim(ListOpsClaim):
     claim = ("at equal parameter counts, the bidirectional Mamba-S6 is significantly better than the causal one on "
              "both tasks (IMDB, CIFAR-10-numerical), while the placebo (the bidirectional parameters, no flips) "
              "performs like the causal model, so the gain is bidirectionality, not the parameter shift (fig. 18, five "
-             "runs, 95% intervals; figures without numbers). (For S4D the thesis's picture is mixed, better on CIFAR, "
+             "runs, 95% intervals; figures without numbers). (For S4D Ulbaek 2024's picture is mixed, better on CIFAR, "
              "worse on IMDB with the placebo worse too; its arms are left out here to keep the claim within its "
              "CPU budget.)")
     arms = ("mamba-s6", "mamba-s6-bi", "mamba-s6-placebo")
-    figure_title = "causal vs bidirectional vs placebo (cf. thesis fig. 18)"
+    figure_title = "causal vs bidirectional vs placebo (cf. Ulbaek 2024 thesis, fig. 18)"
     comparisons = (
         Comparison("acc", "mamba-s6-bi", "mamba-s6", "greater", "S6-Bi significantly above S6 on both tasks "
                    "(fig. 18)"),

@@ -1,4 +1,4 @@
-"""The thesis's limited-finetuning claim (Ulbaek 2024 thesis, 16.6 and 16.7.2): with scarce labels, pretraining
+"""The limited-finetuning claim of Ulbaek 2024 thesis, 16.6 and 16.7.2: with scarce labels, pretraining
 helps, F1 (causal NTP pretraining, then `seqssm.models.surgery.to_bidirectional`) comes close to MLM pretraining
 of the bidirectional model at about half its pretraining time, and NTP (causal) falls below both.
 
@@ -26,7 +26,8 @@ KMER_ORDER = 3  # context bases of the count model the LM check compares with: 4
 # pretraining stage -> (recipe, its label in the table)
 PRETRAINING = {
     "pretrain-ntp": "pretrain_ntp.yaml",  # the NTP arm's parent: causal, causal width
-    "pretrain-ntp-f1": "pretrain_ntp_f1.yaml",  # F1's parent: causal at the bidirectional width (thesis 16.7.2)
+    # F1's parent: causal at the bidirectional width (Ulbaek 2024 thesis, 16.7.2)
+    "pretrain-ntp-f1": "pretrain_ntp_f1.yaml",
     "pretrain-mlm-bi": "pretrain_mlm_bi.yaml",
 }
 # finetuning arm -> (recipe, the pretraining stage it starts from, through the F1 surgery or not)
@@ -194,7 +195,8 @@ class SpeciesPretraining(Claim):
         if f1 and mlm:
             ratio = np.mean(f1) / np.mean(mlm)
             m.notes.append(f"F1's pretraining (causal NTP at the bidirectional width) took {ratio:.2f} of the "
-                           "bidirectional MLM pretraining's wall-clock time for the same steps (thesis: about half).")
+                           "bidirectional MLM pretraining's wall-clock time for the same steps "
+                           "(Ulbaek 2024 thesis, 16.7.2: about half).")
         return m
 
     def plot(self, m, folder):

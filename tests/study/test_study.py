@@ -1,8 +1,8 @@
-"""The species study: thesis lr rule in the recipes, reversed pretraining windows, a tiny study end to end."""
+"""The species study: the lr rule of Ulbaek 2024 thesis, 16.3, in the recipes, reversed pretraining windows,
+a tiny study end to end."""
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -16,7 +16,7 @@ from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
 from seqssm.tasks import Classification, MaskedLM, NextTokenPrediction
 from seqssm.tasks.recipes import read_recipe
 
-RECIPES = Path(__file__).parents[1] / "recipes" / "species"
+RECIPES = Path(__file__).parents[2] / "recipes" / "species"
 TINY = Preset(
     lengths=(32,), widths={"causal": 16, "bidirectional": 12},
     overrides={"all": {"trainer": {"max_steps": 4, "max_epochs": 2},
@@ -33,7 +33,7 @@ TASKS = {"seqssm.tasks.Classification": (Classification, {"n_classes": 5}),
 
 
 @pytest.mark.parametrize("recipe, expected", [
-    # thesis 16.3: finetune 1e-3 * 1024 / L, pretrain 4e-3 * 2048 / L
+    # Ulbaek 2024 thesis, 16.3: finetune 1e-3 * 1024 / L, pretrain 4e-3 * 2048 / L
     ("finetune.yaml", {4096: 2.5e-4, 8192: 1.25e-4, 16384: 6.25e-5, 32768: 3.125e-5}),
     ("pretrain_ntp.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
     ("pretrain_ntp_reverse.yaml", {4096: 2e-3, 8192: 1e-3, 16384: 5e-4, 32768: 2.5e-4}),
@@ -70,7 +70,7 @@ def test_recipes_hold_the_thesis_settings():
            for r in ("pretrain_ntp.yaml", "pretrain_ntp_reverse.yaml", "pretrain_mlm_bi.yaml")}
     fine = read_recipe(RECIPES / "finetune.yaml")
     for config in [*pre.values(), fine]:
-        # thesis 16.3: batch 32; 12.2.4: the SSP initialisation; 12.1.4: dropout on the SSP's input
+        # Ulbaek 2024 thesis, 16.3: batch 32; 12.2.4: the SSP initialisation; 12.1.4: dropout on the SSP's input
         assert config["data"]["init_args"]["batch_size"] == 32
         overrides = config["model"]["init_args"]["model_overrides"]
         assert overrides["ssp_init"] == "thesis" and overrides["dropout_position"] == "ssp_input"

@@ -10,7 +10,7 @@ from seqssm.data import CharVocabulary, IMDBDataModule
 from seqssm.tasks import SequenceTask
 from seqssm.tasks.recipes import read_recipe
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 # LightningCLI recipes of the training studies; recipes/rl (seqssm rl) and recipes/finetune (an imported
 # Hugging Face folder) are checked by their own tests.
 STUDIES = ("lra", "smnist", "rope", "bidirectional")
@@ -44,7 +44,7 @@ IMDB_TRAIN = [("good " * 8, 1), ("bad", 0)]  # "o" 16 times: the one character a
 
 @pytest.fixture(scope="module")
 def imdb_dir(tmp_path_factory):
-    """A few IMDB reviews: the thesis's IMDB recipes build S4's character vocabulary from the training split."""
+    """A few IMDB reviews: Ulbaek 2024's IMDB recipes build S4's character vocabulary from the training split."""
     folder = tmp_path_factory.mktemp("imdb")
     (folder / "train.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in IMDB_TRAIN))
     (folder / "test.csv").write_text("text,label\nfine,1\n")
@@ -73,7 +73,7 @@ def test_recipe_builds(recipe, monkeypatch, imdb_dir):
     assert sum(p.numel() for p in task.model.parameters()) > 0
     if recipe == "recipes/quickstart.yaml":
         return
-    # the thesis's settings (recipes/README.md): 12.2.4 initialisation, 12.1.4 dropout place, S4's IMDB characters
+    # Ulbaek 2024's settings (recipes/README.md): 12.2.4 initialisation, 12.1.4 dropout place, S4's IMDB characters
     block = task.model.config.block
     assert block.ssp.init == "thesis"
     assert block.kind == "simple" or block.dropout_position == "ssp_input"
@@ -90,7 +90,8 @@ def test_rope_sweep_grid_builds(tmp_path, monkeypatch, imdb_dir):
     spec = importlib.util.spec_from_file_location("rope_sweep", REPO / "scripts" / "rope_sweep.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
-    # thesis 14.3.2: base x trainable x normalised (8), times the 15 non-empty S6 input subsets; plus no RoPE
+    # Ulbaek 2024 thesis, 14.3.2: base x trainable x normalised (8), times the 15 non-empty S6 input subsets;
+    # plus no RoPE
     assert len(sweep.grid(selective=False, max_length=1024)) == 1 + 8
     points = sweep.grid(selective=True, max_length=1024)
     assert len(points) == 1 + 8 * 15 and len({name for name, _ in points}) == len(points)

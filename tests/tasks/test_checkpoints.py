@@ -8,14 +8,16 @@ import pickle
 import lightning as L
 import pytest
 import torch
-from test_tasks import MASK, VOCAB, TinyTokens, a_batch, make_task, make_trainer, one_thread  # noqa: F401
 
-from seqssm.models import SequenceModel
+from seqssm.models import SequenceModel, build
 from seqssm.models.hub import FORMAT, FORMAT_VERSION, save_pretrained
 from seqssm.models.loading import export_checkpoint, model_from_checkpoint, read_weights
+from seqssm.models.surgery import fuse_f1r1
 from seqssm.tasks import Classification, IncompatibleWeightsError, NextTokenPrediction
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.resume import ResumableTrainData
+
+from .helpers import MASK, VOCAB, TinyTokens, a_batch, make_task, make_trainer, one_thread  # noqa: F401
 
 
 def fit_with_checkpoints(tmp_path, task, max_epochs=1, callbacks=(), **trainer_kwargs):
@@ -108,6 +110,24 @@ def test_init_from_exported_folder_is_exact(tmp_path):
     assert task.init_report.clean
     for key, value in source.model.state_dict().items():
         assert torch.equal(task.model.state_dict()[key], value)
+
+
+def test_init_from_records_the_folder_and_its_lineage_as_parent(tmp_path):
+    """A task started from a surgery folder records it as its parent, with the folder's own provenance nested."""
+    small = dict(vocab_size=12, d_model=16, n_layers=2)
+    forward_dir = save_pretrained(build("mamba-s6", **small), tmp_path / "fwd")
+    reverse_dir = save_pretrained(build("mamba-s6", **small), tmp_path / "rev")
+    fused_dir = save_pretrained(fuse_f1r1(forward_dir, reverse_dir), tmp_path / "f1r1")
+    record = json.loads((fused_dir / "config.json").read_text())["provenance"]
+    task = Classification(model="mamba-s6-bi", model_overrides={"d_model": 16, "n_layers": 2}, vocab_size=12,
+                          n_classes=5, init_from=str(fused_dir), reinit_head=True)
+    task.setup("fit")
+    expected = {"operation": "init_from", "parents": [{"role": "init_from", "path": str(fused_dir),
+                                                       "provenance": record}]}
+    assert task.model.provenance == expected
+    checkpoint = {}
+    task.on_save_checkpoint(checkpoint)
+    assert checkpoint["seqssm_provenance"] == expected and task.hparams.init_from == str(fused_dir)
 
 
 class Crash(RuntimeError):

@@ -139,8 +139,8 @@ def test_mamba_ssm_folder(tmp_path, shape):
 
 
 def test_imported_models_keep_mambas_settings_not_the_thesis_recipes(tmp_path):
-    # the thesis recipes' initialisation and dropout place are recipe settings: an imported model (no dropout)
-    # and build("mamba-s6") keep mamba_ssm's initialisation and the default place
+    # the Ulbaek 2024 thesis recipes' initialisation and dropout place are recipe settings: an imported model (no
+    # dropout) and build("mamba-s6") keep mamba_ssm's initialisation and the default place
     make_hf(**SHAPES["tied"]).save_pretrained(tmp_path / "hf")
     write_mamba_ssm(tmp_path / "ssm", make_hf(**SHAPES["tied"]), SHAPES["tied"]["vocab_size"], 8)
     for folder in ("hf", "ssm"):
@@ -371,7 +371,7 @@ def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
     from seqssm.models.interop.cli import architecture_overrides
 
     data = write_imdb_standin(tmp_path / "imdb", n=12)
-    recipe = Path(__file__).parents[1] / "recipes" / "finetune" / "mamba_imdb.yaml"
+    recipe = Path(__file__).parents[2] / "recipes" / "finetune" / "mamba_imdb.yaml"
     overrides = architecture_overrides(SequenceModel.from_pretrained(lm_dir).config)
     cli = make_cli([
         "fit", "--config", str(recipe), "--model.init_args.model_overrides", json.dumps(overrides),

@@ -4,74 +4,17 @@ from __future__ import annotations
 
 import math
 
-import lightning as L
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from seqssm.data import SeqDataModule
 from seqssm.optim import param_groups
 from seqssm.tasks import Classification, ConfigError, MaskedLM, NextTokenPrediction, NonFiniteLossError, mask_tokens
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.resume import ResumableTrainData
 from seqssm.tasks.schedule import warmup_cosine
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a busy 2-core machine wait far longer than they work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-TINY = {"d_model": 16, "n_layers": 1, "dropout": 0.0}
-VOCAB, PAD, MASK, CLASSES = 12, 0, 3, 3
-
-
-class TinyTokens(SeqDataModule):
-    """Token sequences of varied length whose class sets which tokens dominate; vocab 12, pad 0, [MASK] 3."""
-
-    name = "tiny"
-
-    def __init__(self, n_train: int = 96, n_eval: int = 32, batch_size: int = 16, seed: int = 0):
-        super().__init__(data_dir="unused", batch_size=batch_size, seed=seed)
-        self.vocab_size, self.n_classes, self.pad_token_id, self.mask_token_id = VOCAB, CLASSES, PAD, MASK
-        self.sizes = (n_train, n_eval)
-
-    def build_splits(self):
-        rng = np.random.default_rng(self.seed)
-
-        def items(n):
-            out = []
-            for _ in range(n):
-                label = int(rng.integers(CLASSES))
-                length = int(rng.integers(8, 17))
-                common = rng.random(length) < 0.7
-                ids = np.where(common, 4 + 2 * label + rng.integers(0, 2, length), rng.integers(4, VOCAB, length))
-                out.append((ids.astype(np.uint8), label))
-            return out
-
-        n_train, n_eval = self.sizes
-        return {"train": items(n_train), "val": items(n_eval), "test": items(n_eval)}
-
-
-def make_task(cls=Classification, model="mamba-s6", **kwargs):
-    dims = dict(vocab_size=VOCAB, n_classes=CLASSES, mask_token_id=MASK)
-    return cls(model=model, model_overrides={**TINY, **kwargs.pop("model_overrides", {})}, **dims, **kwargs)
-
-
-def make_trainer(tmp_path=None, **kwargs):
-    defaults = dict(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                    enable_checkpointing=False, callbacks=[ResumableTrainData()], default_root_dir=tmp_path)
-    return L.Trainer(**{**defaults, **kwargs})
-
-
-def a_batch(data: TinyTokens, split: str = "val"):
-    data.setup()
-    return next(iter(data.val_dataloader() if split == "val" else data.train_dataloader()))
+from .helpers import MASK, TINY, VOCAB, PoisonAt, TinyTokens, a_batch, make_task, make_trainer, one_thread  # noqa: F401
 
 
 def test_classification_learns_and_logs_every_split():
@@ -207,18 +150,6 @@ def test_bad_values_fail_naming_the_field(kwargs, field):
 def test_classification_needs_classes():
     with pytest.raises(ConfigError, match="n_classes"):
         Classification(model="mamba-s6", model_overrides=TINY, vocab_size=VOCAB, n_classes=None)
-
-
-class PoisonAt(L.Callback):
-    """Turns the head's weights into NaN right before optimizer step `step`."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            with torch.no_grad():
-                pl_module.model.head.weight.fill_(float("nan"))
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
