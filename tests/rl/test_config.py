@@ -4,7 +4,7 @@ import pytest
 
 from seqssm.rl import AgentConfig, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
 from seqssm.rl.config import check_limits, validate, within
-from seqssm.rl.errors import ConfigError
+from seqssm.rl import ConfigError
 
 
 def test_algorithm_defaults():
