@@ -117,7 +117,8 @@ def nested_report(message: str, parser) -> str:
     for line in details:
         refused = re.match(r"Option '([^']+)' is not accepted", line)
         if refused and owner:
-            return unknown_option(f"{where}.{refused[1]}", init_parameters(owner), owner.rsplit(".", 1)[-1], f"{where}.")
+            name = owner.rsplit(".", 1)[-1]
+            return unknown_option(f"{where}.{refused[1]}", init_parameters(owner), name, prefix=f"{where}.")
         if refused:
             return unknown_option(refused[1], option_keys(parser))
         no_class = re.match(r"module '([^']+)' has no attribute '([^']+)'", line)

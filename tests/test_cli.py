@@ -214,7 +214,8 @@ def test_help_lists_every_command_and_a_bare_seqssm_shows_it_with_exit_code_2(ca
                                         ("frobnicate", "the commands: fit, validate, test, predict, export")])
 def test_an_unknown_command_is_named_with_the_closest_one(capsys, name, hint):
     code, err = run([name], capsys)
-    assert code == 2 and err.startswith(f"seqssm: error: unknown command {name!r}; {hint}") and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"seqssm: error: unknown command {name!r}; {hint}")
 
 
 def test_subcommand_help_still_works(capsys):

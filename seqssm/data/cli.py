@@ -23,7 +23,8 @@ from .species_splits import DEFAULT_SPECIES
 
 def build_parser() -> ArgumentParser:
     """The `seqssm data` parser with its three subcommands."""
-    parser = ArgumentParser(prog="seqssm data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="seqssm data", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def data_dir(p):

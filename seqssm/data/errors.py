@@ -15,8 +15,8 @@ from seqssm.errors import (
     DownloadError,
 )
 
-__all__ = ["CorruptFileError", "DataFormatError", "DataNotFoundError", "DigestMismatchError", "DownloadError", "missing",
-           "require"]
+__all__ = ["CorruptFileError", "DataFormatError", "DataNotFoundError", "DigestMismatchError", "DownloadError",
+           "missing", "require"]
 
 
 def missing(path: str | Path, layout: str, command: str) -> DataNotFoundError:
