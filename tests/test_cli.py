@@ -13,7 +13,7 @@ import yaml
 
 from test_tasks import one_thread  # noqa: F401  (autouse: tiny models run on one thread)
 
-from seqssm.cli import COMMANDS, main
+from seqssm.cli import COMMANDS, Command, imported, main
 from seqssm.models import SequenceModel
 from seqssm.models.loading import model_from_checkpoint
 
@@ -216,6 +216,22 @@ def test_an_unknown_command_is_named_with_the_closest_one(capsys, name, hint):
     code, err = run([name], capsys)
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"seqssm: error: unknown command {name!r}; {hint}")
+
+
+def test_help_loads_neither_torch_nor_lightning():
+    code = ("import sys; from seqssm.cli import main; main(['--help']); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'jsonargparse'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "[]", result.stderr
+
+
+def test_a_command_whose_extra_is_missing_says_which_to_install(capsys):
+    missing = Command("a command of an extra", imported("a_module_that_is_not_installed:main", extra="rl"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(COMMANDS, "needs-extra", missing)
+        code, err = run(["needs-extra"], capsys)
+    assert code == 2 and err == ("seqssm needs-extra: error: needs the rl extra (a_module_that_is_not_installed is "
+                                 "missing): pip install 'seqssm[rl]'\n")
 
 
 def test_subcommand_help_still_works(capsys):
