@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .arguments import ArgumentParser, closest
-from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError
+from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
 
 
 class Command(NamedTuple):
@@ -226,13 +226,7 @@ def user_error(error: BaseException) -> BaseException | None:
     (permission denied, no space left); None when it is neither, a bug to show with its traceback."""
     if isinstance(error, OSError) and error.filename is not None:
         return error
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, SeqssmError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+    return user_error_in(error)
 
 
 def describe(error: BaseException) -> str:

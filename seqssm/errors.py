@@ -18,6 +18,18 @@ class SeqssmError(Exception):
     """A user mistake whose message says what is wrong and what to do."""
 
 
+def user_error_in(error: BaseException | None) -> SeqssmError | None:
+    """The first SeqssmError in `error`'s chain of causes (libraries such as jsonargparse wrap errors raised in a
+    constructor in their own), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SeqssmError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 # -- command lines, configs and recipes -----------------------------------------------------------------------------
 class UsageError(SeqssmError):
     """A command line or config file names an unknown option or gives one a value of the wrong type; the message

@@ -18,7 +18,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from seqssm.arguments import ShortErrors
-from seqssm.errors import ConfigError, MissingFileError, SeqssmError
+from seqssm.errors import ConfigError, MissingFileError, user_error_in
 from seqssm.models.safe_load import checkpoint_error
 
 from ..data import SeqDataModule
@@ -88,7 +88,7 @@ class SeqssmCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError, MisconfigurationException) as e:
-            if user_error_in(e):
+            if user_error_in(e):  # its own message is the one to show
                 raise
             raise ConfigError(setting_error(e)) from e
 
@@ -126,15 +126,6 @@ class SeqssmCLI(LightningCLI):
             raise ConfigError(f"{last} holds the state of an earlier run, which this run would overwrite. Resume "
                               "that run with --ckpt_path last, give this run its own folder with "
                               f"--trainer.default_root_dir, or delete {folder} to start over.")
-
-
-def user_error_in(error: BaseException | None) -> bool:
-    """Whether `error` or one of its causes is a SeqssmError (whose own message is the one to show)."""
-    while error is not None:
-        if isinstance(error, SeqssmError):
-            return True
-        error = error.__cause__
-    return False
 
 
 def setting_error(error: BaseException) -> str:
