@@ -1,4 +1,4 @@
-"""The `seqssm` command: LightningCLI `fit | validate | test | predict`, plus `export`, `data`, ...
+"""The `seqssm` command: one table of subcommands (`COMMANDS`), listed by `seqssm --help`.
 
     seqssm fit --config recipes/quickstart.yaml
     seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
@@ -6,42 +6,74 @@
     seqssm export runs/quickstart/checkpoints/last.ckpt my-model/         # config.json + model.safetensors
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
+    seqssm data download imdb                                             # fetch, verify, unpack into data/imdb
     seqssm study species --preset cpu-small --out runs/species-small      # thesis 16: pretraining stages, surgery, arms
+    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml               # a recurrent PPO agent on POPGym
+    seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 96
     seqssm reproduce all --seeds 3 --out runs/reproduce                   # the papers' comparisons, with verdicts
 
-The model's input and output sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id`
-come from the DataModule. Checkpoints go to `<default_root_dir>/checkpoints`
-(best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last` finds them; `last.ckpt`
-is refreshed every 10 minutes and on Ctrl-C / SIGTERM, which then stop the run (exit code 128 + signal).
-`export` and `convert` refuse a non-empty output folder unless given `--overwrite`.
+`fit | validate | test | predict` are LightningCLI's (`seqssm.tasks.lightning_cli`). The model's input and output
+sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from the DataModule. Checkpoints go to
+`<default_root_dir>/checkpoints` (best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last`
+finds them; `last.ckpt` is refreshed every 10 minutes and on Ctrl-C / SIGTERM, which then stop the run (exit code
+128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`.
+
+A mistake of the user (a `seqssm.errors.SeqssmError`: a missing or unreadable file, an unknown option, a bad
+value; or a file-system error naming a path) is one line `seqssm CMD: error: MESSAGE` and exit code 2, with no
+traceback; SEQSSM_DEBUG=1 shows the traceback instead.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
+import os
 import shlex
 import sys
+import warnings
+from pathlib import Path
+from typing import Callable, NamedTuple
 
-from .data.errors import DataFormatError, DataNotFoundError
-from .models.hub import NotASeqssmFolderError, OutputExistsError
-from .models.interop import PretrainedFormatError
-from .models.surgery import SurgeryError
-from .study.reproduce.claim import ReproduceError
-from .study.species import StudyError
-from .tasks import ConfigError, IncompatibleWeightsError, NonFiniteLossError, TrainingInterrupted
-from .tasks.lightning_cli import make_cli
-
-# Errors whose message already says what is wrong and what to do: shown without a traceback.
-USER_ERRORS = (ConfigError, DataFormatError, DataNotFoundError, IncompatibleWeightsError, NonFiniteLossError,
-               NotASeqssmFolderError, OutputExistsError, PretrainedFormatError, ReproduceError, StudyError,
-               SurgeryError)
+from .arguments import ArgumentParser, closest
+from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
 
 
-def export_main(argv: list[str]) -> None:
+class Command(NamedTuple):
+    """A subcommand: its line in `seqssm --help`, and what runs it on the arguments after its name."""
+
+    summary: str
+    run: Callable[[list[str]], object]
+
+
+def lightning(name: str) -> Callable[[list[str]], object]:
+    """The LightningCLI subcommand `name`."""
+    def run(argv: list[str]):
+        # the command line is passed on purpose (its first word was the subcommand); Lightning warns when it also
+        # sees one in sys.argv
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        return make_cli([name, *argv])
+    return run
+
+
+def imported(target: str, extra: str | None = None) -> Callable[[list[str]], object]:
+    """The function `target` ("module:function"), imported when it runs, so that `seqssm --help` loads nothing
+    heavy; a missing third-party module names the pip extra that brings it."""
+    def run(argv: list[str]):
+        module, _, function = target.partition(":")
+        try:
+            handler = getattr(importlib.import_module(module), function)
+        except ModuleNotFoundError as e:
+            if extra is None or (e.name or "").startswith("seqssm"):
+                raise
+            raise MissingExtraError(f"needs the {extra} extra ({e.name} is missing): pip install 'seqssm[{extra}]'")
+        return handler(argv)
+    return run
+
+
+def export(argv: list[str]) -> None:
     """`seqssm export CKPT OUT_DIR`: write a checkpoint's model as config.json + model.safetensors."""
     from .models.loading import export_checkpoint
 
-    parser = argparse.ArgumentParser(prog="seqssm export", description=export_main.__doc__)
+    parser = ArgumentParser(prog="seqssm export", description=export.__doc__)
     parser.add_argument("ckpt", help="Lightning checkpoint of a seqssm task (.ckpt)")
     parser.add_argument("out_dir", help="folder to write; load it with SequenceModel.from_pretrained")
     parser.add_argument("--overwrite", action="store_true",
@@ -51,59 +83,157 @@ def export_main(argv: list[str]) -> None:
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors")
 
 
+def convert(argv: list[str]) -> None:
+    """`seqssm convert SRC DST --to hf|seqssm`: rewrite a pretrained folder in another format."""
+    import json
+
+    from .models.interop import architecture_overrides, convert_folder
+
+    parser = ArgumentParser(prog="seqssm convert", description=convert.__doc__)
+    parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("dst", help="folder to write")
+    parser.add_argument("--to", choices=("hf", "seqssm"), required=True, help="format of DST")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the content of a non-empty DST (default: refuse it)")
+    ns = parser.parse_args(argv)
+    model, copied = convert_folder(ns.src, ns.dst, ns.to, overwrite=ns.overwrite)
+    print(f"converted {ns.src} -> {ns.dst} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
+    print("to finetune it: seqssm fit --model.init_args.init_from", ns.dst, "with model_overrides:",
+          json.dumps(architecture_overrides(model.config)))
+
+
+def generate(argv: list[str]) -> None:
+    """`seqssm generate PATH --prompt TEXT`: continue a prompt with a pretrained language model."""
+    import torch
+
+    from .data.tokenized import TOKENIZER_FILE, PretrainedTokenizer
+    from .models.sequence_model import SequenceModel, check_max_new_tokens, check_temperature, check_top_k
+
+    parser = ArgumentParser(prog="seqssm generate", description=generate.__doc__)
+    parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("--prompt", required=True,
+                        help=f"text when the folder has a {TOKENIZER_FILE}, else token ids separated by spaces")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    ns = parser.parse_args(argv)
+    try:  # the same checks as SequenceModel.generate, before anything is loaded, naming the options
+        check_max_new_tokens(ns.max_new_tokens, "--max-new-tokens")
+        check_temperature(ns.temperature, "--temperature")
+        check_top_k(ns.top_k, "--top-k")
+    except (TypeError, ValueError) as e:
+        raise UsageError(str(e)) from e
+    tokenizer = PretrainedTokenizer(ns.path) if (Path(ns.path) / TOKENIZER_FILE).is_file() else None
+    ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else prompt_ids(ns.prompt, TOKENIZER_FILE)
+    if not ids:
+        raise UsageError("--prompt encodes to no tokens: give at least one")
+    model = SequenceModel.from_pretrained(ns.path).eval()
+    if not (model.is_lm and model.causal):
+        raise UsageError(f"{ns.path} holds a {'classifier' if not model.is_lm else 'bidirectional model'}, not a "
+                         "causal language model: generate continues prompts with next-token models only")
+    outside = sorted({i for i in ids if not 0 <= i < model.vocab_size})
+    if outside:
+        raise UsageError(f"--prompt has token ids outside the model's vocabulary [0, {model.vocab_size}): "
+                         f"{', '.join(map(str, outside[:8]))}")
+    out = model.generate(torch.tensor([ids]), ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
+                         generator=torch.Generator().manual_seed(ns.seed))[0].tolist()
+    print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))
+
+
+def prompt_ids(prompt: str, tokenizer_file: str) -> list[int]:
+    """The token ids written in `prompt` ("12 7 301" or "12,7,301"), for a folder without a tokenizer."""
+    try:
+        return [int(t) for t in prompt.replace(",", " ").split()]
+    except ValueError:
+        raise UsageError(f"the folder has no {tokenizer_file}, so --prompt must be token ids (e.g. \"12 7 301\"), "
+                         f"got {prompt!r}") from None
+
+
+COMMANDS = {
+    "fit": Command("train a model: --config recipes/<study>/<model>.yaml (LightningCLI)", lightning("fit")),
+    "validate": Command("validation metrics of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("validate")),
+    "test": Command("test metrics of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("test")),
+    "predict": Command("predictions of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("predict")),
+    "export": Command("write a checkpoint's network as a model folder: CKPT OUT_DIR", export),
+    "convert": Command("rewrite a model folder (seqssm, Hugging Face Mamba, mamba_ssm): SRC DST --to hf|seqssm",
+                       convert),
+    "generate": Command("continue a prompt with a pretrained language model: PATH --prompt TEXT", generate),
+    "data": Command("datasets: list what is on disk, download the published files, prepare offline ones",
+                    imported("seqssm.data.cli:main")),
+    "study": Command("run a whole study (species): pretraining stages, surgery, finetuning arms, report",
+                     imported("seqssm.study.cli:main")),
+    "rl": Command("train a recurrent RL agent (PPO or SAC): --config recipes/rl/<env>/<core>.yaml",
+                  imported("seqssm.rl.cli:rl_main", extra="rl")),
+    "rl-eval": Command("play a trained RL agent and report its returns: CKPT",
+                       imported("seqssm.rl.cli:eval_main", extra="rl")),
+    "reproduce": Command("re-run a source paper's comparison in miniature, with verdicts: CLAIM|all|list",
+                         imported("seqssm.study.reproduce.cli:main")),
+}
+
+
+def overview() -> str:
+    """What `seqssm --help` prints: the usage line and every subcommand with its summary."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name.ljust(width)}  {command.summary}" for name, command in COMMANDS.items()]
+    return "\n".join(["usage: seqssm COMMAND [ARGS]   (seqssm COMMAND --help: its options)", "", "commands:", *lines,
+                      "", "A mistake is one line `seqssm COMMAND: error: ...` with exit code 2; SEQSSM_DEBUG=1 shows "
+                      "the traceback."])
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the `seqssm` console script."""
     argv = sys.argv[1:] if args is None else list(args)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(overview(), file=sys.stdout if argv else sys.stderr)
+        if not argv:
+            sys.exit(2)
+        return
+    name = argv[0]
+    if name not in COMMANDS:
+        match = closest(name, COMMANDS, cutoff=0.6)
+        hint = f"did you mean {match!r}?" if match else f"the commands: {', '.join(COMMANDS)}"
+        fail("seqssm", f"unknown command {name!r}; {hint} (seqssm --help lists them)")
     try:
-        if argv[:1] == ["export"]:
-            export_main(argv[1:])
-        elif argv[:1] == ["convert"]:
-            from .models.interop.cli import convert_main
-
-            convert_main(argv[1:])
-        elif argv[:1] == ["generate"]:
-            from .models.interop.cli import generate_main
-
-            generate_main(argv[1:])
-        elif argv[:1] == ["data"]:
-            from .data.cli import main as data_main
-
-            data_main(argv[1:])
-        elif argv[:1] == ["study"]:
-            from .study.cli import main as study_main
-
-            study_main(argv[1:])
-        elif argv[:1] == ["reproduce"]:
-            from .study.reproduce.cli import main as reproduce_main
-
-            reproduce_main(argv[1:])
-        elif argv[:1] in (["rl"], ["rl-eval"]):
-            try:
-                from .rl.cli import main as rl_main
-            except ModuleNotFoundError as e:
-                raise SystemExit(f"seqssm {argv[0]} needs the RL extra ({e.name} is missing): pip install 'seqssm[rl]'")
-
-            rl_main(argv)
-        else:
-            make_cli(args)
+        COMMANDS[name].run(argv[1:])
     except TrainingInterrupted as e:
         stopped = f"seqssm: training stopped by {e.signal_name} at global step {e.global_step}"
-        if argv[:1] == ["fit"]:
+        if name == "fit":
             print(f"{stopped}; the run is saved in {e.checkpoint}.\nResume it with: {resume_command(argv)}",
                   file=sys.stderr)
-        elif argv[:1] == ["study"]:
+        elif name == "study":
             print(f"{stopped}. Run the same command again to go on: finished stages are kept, this one starts over.",
                   file=sys.stderr)
         else:
             print(f"seqssm: {e}", file=sys.stderr)
         sys.exit(128 + e.signum)  # the shell's code for "ended by this signal": `fit && test` must not go on
     except Exception as e:
-        # jsonargparse wraps errors raised while instantiating a class in its own ValueError
         cause = user_error(e)
-        if cause is None:
+        if cause is None or os.environ.get("SEQSSM_DEBUG", "") not in ("", "0"):
             raise
-        print(f"seqssm: error: {cause}", file=sys.stderr)
-        sys.exit(1)
+        fail(getattr(cause, "prog", None) or f"seqssm {name}", describe(cause))
+
+
+def fail(prog: str, message: str):
+    """Print `prog: error: message` on stderr and exit with status 2 (a usage or input error, as argparse's)."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def user_error(error: BaseException) -> BaseException | None:
+    """The user's mistake in `error`: the first SeqssmError in its chain of causes (jsonargparse wraps errors raised
+    while instantiating a class in its own), or `error` itself when it is a file-system error naming a path
+    (permission denied, no space left); None when it is neither, a bug to show with its traceback."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return error
+    return user_error_in(error)
+
+
+def describe(error: BaseException) -> str:
+    """The message of a user error: a SeqssmError's own, or "PATH: what went wrong" for a file-system error."""
+    if isinstance(error, OSError) and not isinstance(error, SeqssmError):
+        return f"{error.filename}: {error.strerror or error}"
+    return str(error)
 
 
 def resume_command(argv: list[str]) -> str:
@@ -120,15 +250,12 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join(["seqssm", *args, "--ckpt_path", "last"])
 
 
-def user_error(error: BaseException) -> BaseException | None:
-    """The first of USER_ERRORS in `error`'s chain of causes, or None if it holds none."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, USER_ERRORS):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+def make_cli(args=None, run: bool = True):
+    """The LightningCLI of `fit | validate | test | predict` on `args` (`seqssm.tasks.lightning_cli.make_cli`),
+    imported only when a command needs it."""
+    from .tasks.lightning_cli import make_cli as make
+
+    return make(args, run)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ Every DataModule yields `{"inputs": (B, L) LongTensor ids or (B, L, d_input) flo
 puts each dataset where its DataModule looks by default.
 """
 
+from seqssm.errors import DataFormatError, DataNotFoundError
+
 from .base import SeqDataModule
 from .collate import PadCollate
-from .errors import DataFormatError, DataNotFoundError
 from .lra import AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule
 from .smnist import SMNISTDataModule
 from .species import SPECIES_SPLITS, SpeciesDataModule

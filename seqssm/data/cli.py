@@ -15,17 +15,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import DataFormatError, DataNotFoundError, DownloadError
+from seqssm.arguments import ArgumentParser
+
 from .sources import DATASETS
 from .species_splits import DEFAULT_SPECIES
 
-USER_ERRORS = (DataFormatError, DataNotFoundError, DownloadError, OSError)
 
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     """The `seqssm data` parser with its three subcommands."""
-    parser = argparse.ArgumentParser(prog="seqssm data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="seqssm data", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     def data_dir(p):
@@ -62,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    """Run `seqssm data ...`; errors the user can fix print one line and exit with status 2."""
+    """Run `seqssm data ...` (its errors are the `seqssm` command's to print)."""
     ns = build_parser().parse_args(argv)
     try:
         if ns.command == "list":
@@ -79,9 +78,6 @@ def main(argv: list[str]) -> None:
                     min_length=ns.min_length, max_length=ns.max_length, n=ns.n, resolution=ns.resolution,
                     level=ns.level, species=ns.species, length=ns.length, order=ns.order)
             print(f"{ns.name}: written to {out}")
-    except USER_ERRORS as e:
-        print(f"seqssm data: error: {e}", file=sys.stderr)
-        sys.exit(2)
     except KeyboardInterrupt:
         print("seqssm data: interrupted; run the same command again to continue where it stopped", file=sys.stderr)
         sys.exit(130)

@@ -27,7 +27,8 @@ from urllib.parse import quote
 
 from tqdm.auto import tqdm
 
-from .errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
+from seqssm.errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
+
 from .extract import bar_disabled, is_complete, unpack
 from .io import write_text_atomic
 from .sources import DATASETS, Dataset, SourceFile

@@ -1,24 +1,22 @@
-"""Errors raised by the data readers, worded so the user knows what to fetch or fix."""
+"""The wording of a missing dataset: the path, the layout expected there and the command that makes it.
+
+The data errors themselves live in `seqssm.errors`; they are importable from here too.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from seqssm.errors import (
+    CorruptFileError,
+    DataFormatError,
+    DataNotFoundError,
+    DigestMismatchError,
+    DownloadError,
+)
 
-class DataFormatError(ValueError):
-    """Input exists but is not in the expected published format (truncated, malformed)."""
-
-
-class CorruptFileError(DataFormatError):
-    """A source file that cannot be unpacked (truncated, corrupt, or not the published file); `path` names it."""
-
-    def __init__(self, path: str | Path, message: str):
-        super().__init__(message)
-        self.path = Path(path)
-
-
-class DataNotFoundError(FileNotFoundError):
-    """A dataset directory or file is missing; the message shows the layout and the command."""
+__all__ = ["CorruptFileError", "DataFormatError", "DataNotFoundError", "DigestMismatchError", "DownloadError",
+           "missing", "require"]
 
 
 def missing(path: str | Path, layout: str, command: str) -> DataNotFoundError:
@@ -37,11 +35,3 @@ def require(path: str | Path, layout: str, command: str) -> Path:
     if not path.exists():
         raise missing(path, layout, command)
     return path
-
-
-class DownloadError(RuntimeError):
-    """A source file could not be fetched; the message names the URLs tried and why each failed."""
-
-
-class DigestMismatchError(DownloadError):
-    """A fetched file's digest differs from the published or recorded one."""

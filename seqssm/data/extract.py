@@ -18,7 +18,8 @@ from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
-from .errors import CorruptFileError
+from seqssm.errors import CorruptFileError
+
 from .io import write_text_atomic
 from .sources import Dataset
 

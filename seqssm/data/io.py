@@ -14,8 +14,9 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import DataFormatError
-from .unpickle import UnsafePickleError, load_data_pickle
+from seqssm.errors import DataFormatError, UnsafePickleError
+
+from .unpickle import load_data_pickle
 
 
 def read_tsv(path: str | Path, n_columns: int, header: tuple[str, ...] | None = None,

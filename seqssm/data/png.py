@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataFormatError
+from seqssm.errors import DataFormatError
+
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}

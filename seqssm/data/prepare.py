@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import DataNotFoundError
+from seqssm.errors import ConfigError, DataNotFoundError
+
 from .extract import unpack
 from .sources import DATASETS, Dataset
+
+# Generator options that count something (examples, tokens, pixels, bases): integers >= 1
+COUNTS = {"listops": ("n_train", "n_val", "n_test", "min_length", "max_length"), "pathfinder": ("n", "resolution"),
+          "species": ("length",)}
 
 
 def local_sources(d: Dataset, source: Path) -> dict[str, Path]:
@@ -40,6 +45,10 @@ def prepare(name: str, out: str | Path, source: str | Path | None = None, seed: 
     if name not in DATASETS:
         raise DataNotFoundError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     d, out = DATASETS[name], Path(out)
+    for key in COUNTS.get(name, ()) if source is None else ():
+        value = options[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"--{key.replace('_', '-')} must be an integer >= 1, got {value!r}")
     if source is not None:
         files = local_sources(d, Path(source))
         unpack([(d, out)], files, {n: {"from": str(p)} for n, p in files.items()}, progress)

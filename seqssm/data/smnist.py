@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from seqssm.errors import DataFormatError
+
 from .base import RaggedDataset, holdout_split
 from .cache import Ragged
-from .errors import DataFormatError, missing
+from .errors import missing
 from .images import ImageDataModule
 from .io import check_labels, read_idx
 from .sources import download_command

@@ -23,9 +23,11 @@ from typing import Sequence
 import numpy as np
 from torch.utils.data import Dataset, Sampler
 
+from seqssm.errors import DataFormatError
+
 from .base import SeqDataModule
 from .collate import PadCollate
-from .errors import DataFormatError, missing
+from .errors import missing
 from .extract import gunzip_file
 from .io import not_utf8
 from .sources import download_command

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataFormatError
+from seqssm.errors import DataFormatError
+
 from .io import read_text
 from .lra.imdb import IMDBDataModule
 

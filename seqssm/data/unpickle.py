@@ -16,13 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-
-class UnsafePickleError(pickle.UnpicklingError):
-    """The pickle names a global outside the data allow-list; `qualname` is that global."""
-
-    def __init__(self, qualname: str):
-        super().__init__(f"refused to unpickle {qualname}")
-        self.qualname = qualname
+from seqssm.errors import UnsafePickleError
 
 
 def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:

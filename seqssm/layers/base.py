@@ -20,7 +20,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
+from seqssm.errors import InputDtypeError, InputShapeError
+from seqssm.ops.checks import check_flags, check_floating
 from seqssm.optim import SSM_LR_SCALE, tag_param, tag_ssm
 
 State = Any  # a tensor or a nested tuple / list of tensors

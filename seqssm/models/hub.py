@@ -31,19 +31,13 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from seqssm.errors import MissingFileError, NotASeqssmFolderError, OutputExistsError
+
 FORMAT = "seqssm"
 # 1: the model config as one flat dict; 2: nested (block, SSP), `SequenceModelConfig.to_dict`. Both are read.
 FORMAT_VERSION = 2
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-
-
-class NotASeqssmFolderError(ValueError):
-    """A folder lacks the files or the format marker of a seqssm model folder."""
-
-
-class OutputExistsError(FileExistsError):
-    """A folder to write is not empty (or not a folder) and replacing it was not asked for, or is unsafe."""
 
 
 def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
@@ -137,6 +131,18 @@ def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT)
     save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
 
 
+def check_folder(folder: str | Path) -> None:
+    """Raise unless `folder` is an existing folder: MissingFileError when nothing is there, NotASeqssmFolderError for
+    a file."""
+    folder = Path(folder)
+    if folder.is_file():
+        raise NotASeqssmFolderError(f"{folder} is a file, not a model folder; a checkpoint of `seqssm fit` becomes one "
+                                    f"with `seqssm export {folder} DIR`")
+    if not folder.exists():
+        raise MissingFileError(f"{folder} not found: no such model folder (config.json and weights of seqssm, Hugging "
+                               "Face Mamba or mamba_ssm; `seqssm export CKPT DIR` makes one from a checkpoint)")
+
+
 def read_config(folder: str | Path) -> dict:
     """The model config dict stored in a seqssm folder (flat in format_version 1, nested from 2; the model's
     `from_config` reads both), after checking the format marker and version."""
@@ -156,9 +162,7 @@ def read_config(folder: str | Path) -> dict:
 def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str, torch.Tensor]:
     """The weights of a seqssm folder, read with safetensors; of a Hugging Face or mamba_ssm Mamba folder,
     renamed to the keys of `model_cls` (SequenceModel: passed in, so that this module stays below it)."""
-    from safetensors.torch import load_file
-
-    from .interop import detect_format, read_state_dict
+    from .interop import detect_format, read_safetensors, read_state_dict
 
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
         return read_state_dict(folder, model_cls)
@@ -166,7 +170,7 @@ def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str,
     path = Path(folder) / WEIGHTS_FILE
     if not path.is_file():
         raise NotASeqssmFolderError(f"{Path(folder)}: no {WEIGHTS_FILE}")
-    return load_file(str(path))
+    return read_safetensors(path)
 
 
 def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtype | None = None) -> nn.Module:
@@ -174,6 +178,7 @@ def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch
     load its weights (strictly), in `dtype` when given. Users call `SequenceModel.from_pretrained`."""
     from .interop import detect_format, load_model
 
+    check_folder(folder)
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
         return load_model(folder, model_cls, dtype)
     model = model_cls.from_config(read_config(folder))

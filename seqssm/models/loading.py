@@ -16,9 +16,12 @@ from pathlib import Path
 
 import torch
 
-from seqssm.models.hub import check_target, load_state_dict, read_provenance, save_pretrained
+from seqssm.errors import CheckpointError, MissingFileError
 from seqssm.models.config import SequenceModelConfig
+from seqssm.models.hub import check_target, load_state_dict, read_provenance, save_pretrained
+from seqssm.models.interop import read_safetensors
 from seqssm.models.registry import model_config
+from seqssm.models.safe_load import load_torch_file
 from seqssm.models.sequence_model import SequenceModel
 
 # What a task checkpoint holds beside Lightning's own entries: the SequenceModel config, the model's lineage
@@ -33,13 +36,14 @@ LEGACY_TASK_OUTPUTS = {"Classification": ("n_classes",), "NextTokenPrediction": 
 
 
 def read_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:
-    """The dict saved in a checkpoint file, read with weights_only=True (an UnpicklingError names foreign code)."""
+    """The dict saved in a checkpoint file, read with weights_only=True (`load_torch_file`); `what` names the argument
+    that gave `path` in the errors."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{what}: no checkpoint file or exported folder at {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        raise MissingFileError(f"{what}: no checkpoint file or exported folder at {path}")
+    ckpt = load_torch_file(path)
     if not isinstance(ckpt, dict):
-        raise ValueError(f"{what}: {path} holds a {type(ckpt).__name__}, not a checkpoint dict "
+        raise CheckpointError(f"{what}: {path} holds a {type(ckpt).__name__}, not a checkpoint dict "
                          "(a Lightning .ckpt of `seqssm fit` or an exported folder is expected)")
     return ckpt
 
@@ -48,7 +52,7 @@ def checkpoint_state_dict(ckpt: dict, path: str | Path, what: str = "checkpoint"
     """The network's state dict in a task checkpoint (task keys unprefixed), or in a bare state-dict file."""
     state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
-        raise ValueError(f"{what}: {path} holds no state dict (a Lightning .ckpt or an exported folder is expected)")
+        raise CheckpointError(f"{what}: {path} holds no state dict (a Lightning .ckpt or an exported folder is expected)")
     if any(k.startswith(TASK_MODEL_PREFIX) for k in state):
         state = {k[len(TASK_MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(TASK_MODEL_PREFIX)}
     return state
@@ -59,7 +63,7 @@ def legacy_model_config(ckpt: dict, path: str | Path) -> SequenceModelConfig:
     hparams = ckpt.get("hyper_parameters") or {}
     task = (hparams.get("_class_path") or ckpt.get(CHECKPOINT_TASK) or "").rsplit(".", 1)[-1]
     if task not in LEGACY_TASK_OUTPUTS or "model" not in hparams:
-        raise ValueError(f"{path}: not a seqssm task checkpoint: it stores no {CHECKPOINT_MODEL_CONFIG!r} and its "
+        raise CheckpointError(f"{path}: not a seqssm task checkpoint: it stores no {CHECKPOINT_MODEL_CONFIG!r} and its "
                          f"hyper-parameters name no seqssm task (got {task!r}; known: {sorted(LEGACY_TASK_OUTPUTS)})")
     outputs = {"n_classes": None} | {k: hparams.get(k) for k in LEGACY_TASK_OUTPUTS[task]}
     return model_config(hparams["model"], vocab_size=hparams.get("vocab_size"), d_input=hparams.get("d_input"),
@@ -92,9 +96,7 @@ def read_weights(path: str | Path, what: str = "init_from") -> tuple[dict[str, t
     if path.is_dir():
         return load_state_dict(path, SequenceModel), read_provenance(path)
     if path.suffix == ".safetensors" and path.is_file():
-        from safetensors.torch import load_file
-
-        return load_file(str(path)), None
+        return read_safetensors(path), None
     ckpt = read_checkpoint(path, what)
     return checkpoint_state_dict(ckpt, path, what), ckpt.get(CHECKPOINT_PROVENANCE)
 

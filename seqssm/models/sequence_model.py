@@ -10,11 +10,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.stack import make_stack
+from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.layers import frozen_weights
 from seqssm.layers.base import check_lengths, check_steps, mask_outputs
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.hub import load_pretrained, save_pretrained
-from seqssm.ops.checks import InputDtypeError, InputShapeError, check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating
 
 
 def check_temperature(temperature, name: str = "temperature") -> float:

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from seqssm.blocks.config import MambaBlockConfig
+from seqssm.errors import SurgeryError
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.hub import provenance_record
 from seqssm.models.loading import model_from_path
@@ -48,10 +49,6 @@ def branch_shape(config: SequenceModelConfig) -> dict:
             **{k: getattr(block, k) for k in BRANCH_SHAPE_FIELDS},
             **{f"ssp.{k}": getattr(ssp, k) for k in SSP_SHAPE_FIELDS}}
 _FIRST_BRANCH = re.compile(r"^(backbone\.layers\.\d+\.branches\.)0\.")
-
-
-class SurgeryError(ValueError):
-    """A model cannot take the F1 / F1R1 surgery; the message names what differs."""
 
 
 def _load(source: SequenceModel | str | Path, role: str) -> tuple[SequenceModel, str | None]:

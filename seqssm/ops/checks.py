@@ -18,15 +18,8 @@ import operator
 
 import torch
 
+from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.ops.backend import COMPLEX, REAL
-
-
-class InputShapeError(ValueError):
-    """A tensor of the wrong shape; the message names the expected and the given shape."""
-
-
-class InputDtypeError(TypeError):
-    """A tensor of a dtype that is not taken here; the message names the dtypes taken and the cast that fixes it."""
 
 
 def check_floating(where: str, allow_complex: bool = False, **tensors: torch.Tensor | None) -> None:

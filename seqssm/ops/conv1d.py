@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from seqssm.errors import InputShapeError
 from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, extension_imports, register
-from seqssm.ops.checks import InputShapeError, check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from seqssm.ops.checks import InputShapeError, check_floating
+from seqssm.errors import InputShapeError
+from seqssm.ops.checks import check_floating
 
 
 def fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None = None) -> torch.Tensor:

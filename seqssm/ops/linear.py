@@ -18,10 +18,11 @@ import math
 
 import torch
 
+from seqssm.errors import InputShapeError
 from seqssm.ops.backend import (
     COMPLEX, CUDA, NEVER, REAL, Backend, Call, choose, register, triton_device_check, triton_missing,
 )
-from seqssm.ops.checks import InputShapeError, check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating
 
 # Elements per time slice above which scanning chunks side by side stops paying off: past this
 # size one step is bandwidth-bound already, so the plain sequential loop is the fastest.

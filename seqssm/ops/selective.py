@@ -22,10 +22,11 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from seqssm.errors import InputShapeError
 from seqssm.ops.backend import (
     CUDA, NEVER, Backend, Call, choose, mamba_ssm_missing, register, triton_device_check, triton_missing,
 )
-from seqssm.ops.checks import InputShapeError, check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op

@@ -6,6 +6,7 @@ memory cores), `offpolicy` and `replay` (SAC's recurrent actor-critic and episod
 training loop), `checkpoint` (one checkpoint format), `cli` (`seqssm rl`, `seqssm rl-eval`).
 """
 
+from seqssm.errors import CheckpointError, ConfigError
 from seqssm.rl.agent import ActorCritic, AgentConfig, build_agent
 from seqssm.rl.algos import ALGORITHMS, PPO, SAC, PPOConfig, SACConfig
 from seqssm.rl.checkpoint import load_checkpoint, save_checkpoint
@@ -13,7 +14,6 @@ from seqssm.rl.config import EvalConfig, RunConfig
 from seqssm.rl.core import CoreConfig, ResidualBlock, build_core, load_core
 from seqssm.rl.env_loop import EnvLoop, run_episodes
 from seqssm.rl.envs import EnvConfig, MemoryCorridor, PreviousActionReward, env_names, make_env, make_vector_env
-from seqssm.rl.errors import CheckpointError, ConfigError
 from seqssm.rl.offpolicy import HistoryEncoderConfig, RACConfig, SACAgent
 from seqssm.rl.runner import run_iterations, train
 

@@ -7,17 +7,17 @@ read too: `read_checkpoint` upgrades them to the current layout.
 
 from __future__ import annotations
 
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from seqssm.errors import CheckpointError, ConfigError
+from seqssm.models.safe_load import load_torch_file
+from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.config import RunConfig
 from seqssm.rl.envs import make_env
-from seqssm.rl.errors import CheckpointError, ConfigError
 
 CHECKPOINT_FORMAT = "seqssm-rl"
 CHECKPOINT_VERSION = 2
@@ -75,16 +75,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: {'is a folder, not' if path.is_dir() else 'no such file; expected'} "
                               "an agent checkpoint (best.pt / last.pt in a `seqssm rl` run's folder)")
-    if not zipfile.is_zipfile(path):  # what torch.save writes; garbage and cut-off files are no zip archive
-        raise CheckpointError(f"{path}: unreadable: truncated, or not a file that torch.save wrote")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise CheckpointError(f"{path}: {NOT_AN_AGENT}: it holds Python objects beyond tensors and plain values, "
-                              "which a safe load does not run") from None
-    except Exception as e:  # torch reports damaged archives with many error types
-        raise CheckpointError(f"{path}: unreadable, damaged archive ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+    ckpt = load_torch_file(path)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path}: {NOT_AN_AGENT}; it holds a {type(ckpt).__name__}")
     fmt = ckpt.get("format")
@@ -100,6 +91,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: written by a newer seqssm (checkpoint version {ckpt['version']}, this one "
                               f"reads up to {CHECKPOINT_VERSION}); upgrade seqssm")
     ckpt["algorithm"] = ckpt["config"].get("algorithm", "ppo")
+    if ckpt["algorithm"] not in ALGORITHMS:
+        raise CheckpointError(f"{path}: an agent of the algorithm {ckpt['algorithm']!r}, which this seqssm cannot "
+                              f"play; it plays {', '.join(ALGORITHMS)} agents")
     return ckpt
 
 

@@ -19,8 +19,6 @@ SEQSSM_DEBUG=1 shows the traceback).
 from __future__ import annotations
 
 import json
-import os
-import sys
 import typing
 from dataclasses import fields
 from typing import Any, Literal
@@ -28,15 +26,15 @@ from typing import Any, Literal
 import torch
 from jsonargparse import ActionConfigFile, ArgumentParser
 
+from seqssm.arguments import ShortErrors
+from seqssm.errors import ConfigError
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.checkpoint import load_checkpoint
 from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value, resolve_device
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
-from seqssm.rl.errors import CheckpointError, ConfigError
 from seqssm.rl.runner import train
 
-SUBCOMMANDS = ("rl", "rl-eval")
 SECTIONS = ("env", "agent", *ALGORITHMS, "eval")
 RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no section -> help
     "seed": "seed of torch, the environments and the replay sampling",
@@ -48,6 +46,10 @@ RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no se
     "time_limit_s": "stop after the first iteration that ends past this many seconds",
 }
 FIRST_PASS_SKIPS = ("-h", "--help", "--print_config")
+
+
+class RLParser(ShortErrors, ArgumentParser):
+    """The parser of `seqssm rl` and `seqssm rl-eval`: mistakes are one UsageError line (`seqssm.arguments`)."""
 
 
 def algorithm_of(argv: list[str]) -> str:
@@ -73,7 +75,7 @@ def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
     """The typed `seqssm rl` parser for `algorithm`: --algorithm, --env.*, --agent.*, --<algorithm>.*, --eval.*, the run
     options and --overwrite."""
     spec = ALGORITHMS[algorithm]
-    parser = ArgumentParser(prog="seqssm rl", description=f"Train a recurrent agent ({algorithm}; the recipe's "
+    parser = RLParser(prog="seqssm rl", description=f"Train a recurrent agent ({algorithm}; the recipe's "
                             "`algorithm:` chooses) on a POPGym, MemoryCorridor, Best Arm, meta-RL or control env.")
     parser.add_argument("--config", action=ActionConfigFile, help="a recipe, e.g. recipes/rl/<env>/<core>.yaml")
     parser.add_argument("--algorithm", type=Literal[tuple(ALGORITHMS)], default="ppo",
@@ -92,8 +94,7 @@ def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
 
 def rl_main(argv: list[str]) -> dict:
     """`seqssm rl ARGS` -> the training summary (also in OUT_DIR/summary.json)."""
-    algorithm = algorithm_of(argv)
-    parser = rl_parser(algorithm if algorithm in ALGORITHMS else "ppo")
+    parser = rl_parser(algorithm_spec(algorithm_of(argv)).name)
     cfg = parser.parse_args(argv)
     spec = algorithm_spec(cfg.algorithm)
     init = parser.instantiate(cfg) if hasattr(parser, "instantiate") else parser.instantiate_classes(cfg)  # 4.49 name
@@ -110,7 +111,7 @@ def rl_main(argv: list[str]) -> dict:
 def eval_parser() -> ArgumentParser:
     """The `seqssm rl-eval` parser: CKPT, --episodes, --num_envs, --seed, --deterministic, --eval_set, --threads,
     --device."""
-    parser = ArgumentParser(prog="seqssm rl-eval", description="Play a trained agent (PPO or SAC) and report its "
+    parser = RLParser(prog="seqssm rl-eval", description="Play a trained agent (PPO or SAC) and report its "
                             "returns and the environment's episode statistics as JSON.")
     parser.add_argument("ckpt", type=str, help="an agent checkpoint written by `seqssm rl` (best.pt / last.pt)")
     parser.add_argument("--episodes", type=int, default=100)
@@ -152,20 +153,11 @@ def eval_main(argv: list[str]) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Entry point: argv = ["rl", ...] or ["rl-eval", CKPT, ...] (default: sys.argv[1:])."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+def main(argv: list[str]) -> dict:
+    """`rl_main` or `eval_main` from Python: argv = ["rl", ...] or ["rl-eval", CKPT, ...]. Errors are raised; the
+    `seqssm` command prints them."""
     commands = {"rl": rl_main, "rl-eval": eval_main}
     if not argv or argv[0] not in commands:
-        raise SystemExit(f"seqssm rl: expected one of the subcommands {SUBCOMMANDS}, got {argv[:1]}")
-    try:
-        return commands[argv[0]](argv[1:])
-    except (ConfigError, CheckpointError) as e:
-        if os.environ.get("SEQSSM_DEBUG"):
-            raise
-        print(f"seqssm {argv[0]}: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise ValueError(f"expected one of the subcommands {', '.join(commands)}, got {argv[:1]}")
+    return commands[argv[0]](argv[1:])
 
-
-if __name__ == "__main__":
-    main()

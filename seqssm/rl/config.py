@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from seqssm.errors import ConfigError
 from seqssm.rl.algos import ALGORITHMS, AlgorithmSpec
 from seqssm.rl.envs import EnvConfig
-from seqssm.rl.errors import ConfigError
 
 EVAL_SEED = 10_000  # evaluation environments are seeded with this + the run's seed, apart from the training ones
 

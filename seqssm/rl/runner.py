@@ -22,12 +22,12 @@ import numpy as np
 import torch
 import yaml
 
+from seqssm.errors import ConfigError
 from seqssm.rl.checkpoint import save_checkpoint
 from seqssm.rl.config import EVAL_SEED, RunConfig, resolve_device, validate
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import make_env, make_vector_env
 from seqssm.rl.envs.make import is_env_name, unknown_env_message
-from seqssm.rl.errors import ConfigError
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json", "best.pt.tmp", "last.pt.tmp")
 ENV_ERRORS = (ValueError, TypeError, ImportError, gym.error.Error)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
+from seqssm.arguments import ArgumentParser
 
 from .species import ARMS, F1_WIDTHS, PRESETS, RECIPES, SpeciesStudy
 
 
 def main(argv: list[str]) -> None:
     """Parse `seqssm study species` arguments, run the study and print its table."""
-    parser = argparse.ArgumentParser(prog="seqssm study", description="Run a whole study: every pretraining "
+    parser = ArgumentParser(prog="seqssm study", description="Run a whole study: every pretraining "
                                      "stage, surgery and finetuning arm at every length, with its report.")
     parser.add_argument("study", choices=["species"],
                         help="which study (Ulbaek 2024 thesis, 16: species pretraining and transfer)")

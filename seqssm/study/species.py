@@ -36,14 +36,11 @@ from typing import Any, Callable
 
 import yaml
 
+from seqssm.errors import StudyError
 from seqssm.tasks.recipes import merge, read_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "species"
 RESULT = "result.json"
-
-
-class StudyError(ValueError):
-    """The study cannot run as asked; the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +179,8 @@ class SpeciesStudy:
         self.preset_name, self.preset = preset, PRESETS[preset]
         self.out = Path(out)
         self.lengths = list(lengths or self.preset.lengths)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.lengths):
+            raise StudyError(f"lengths (--lengths) must be integers >= 1, got {self.lengths}")
         self.arms = list(arms or ARMS)
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:

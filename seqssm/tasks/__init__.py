@@ -1,11 +1,13 @@
 """Lightning tasks: Classification, NextTokenPrediction, MaskedLM on a shared SequenceTask base."""
 
-from .base import ConfigError, NonFiniteLossError, SequenceTask
-from .checkpoint import TaskCheckpoint, TrainingInterrupted
+from seqssm.errors import ConfigError, IncompatibleWeightsError, NonFiniteLossError, TrainingInterrupted
+
+from .base import SequenceTask
+from .checkpoint import TaskCheckpoint
 from .classification import Classification
 from .mlm import MaskedLM, mask_tokens
 from .ntp import NextTokenPrediction
-from .pretrained import IncompatibleWeightsError, LoadReport, load_weights
+from .pretrained import LoadReport, load_weights
 from .resume import ResumableTrainData
 
 __all__ = [

@@ -20,6 +20,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torchmetrics import MeanMetric
 
+from seqssm.errors import ConfigError, NonFiniteLossError
+
 from ..models.hub import provenance_record
 from ..models.loading import CHECKPOINT_MODEL_CONFIG, CHECKPOINT_PROVENANCE, CHECKPOINT_TASK, read_weights
 from ..optim import param_groups
@@ -29,14 +31,6 @@ from .schedule import length_scaled_lr, warmup_cosine
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
-
-
-class ConfigError(ValueError):
-    """A task setting is invalid; the message names the field and what to do."""
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN or infinite loss or gradient; raised before the optimizer step touches the weights."""
 
 
 @dataclass

@@ -31,21 +31,12 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
+from seqssm.errors import TrainingInterrupted
+
 from .base import SequenceTask
 from .files import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class TrainingInterrupted(Exception):
-    """Training stopped on SIGINT or SIGTERM after saving `checkpoint`; resume from it with `--ckpt_path last`."""
-
-    def __init__(self, signum: int, checkpoint: str, global_step: int):
-        self.signum, self.checkpoint, self.global_step = signum, checkpoint, global_step
-        self.signal_name = signal.Signals(signum).name
-        super().__init__(f"training stopped by {self.signal_name} at global step {global_step}; the run is saved in "
-                         f"{checkpoint}. Resume it with --ckpt_path last (seqssm fit) or "
-                         f"Trainer.fit(..., ckpt_path={checkpoint!r}).")
 
 
 class TaskCheckpoint(ModelCheckpoint):
@@ -94,9 +85,9 @@ class TaskCheckpoint(ModelCheckpoint):
             if self.filename is None:
                 self.filename = "{epoch}-{step}-{" + self.monitor + ":.4f}"
         super().setup(trainer, pl_module, stage)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # also reads --ckpt_path, so in every stage
         if stage == "fit":
-            if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-                trainer.strategy.checkpoint_io = AtomicCheckpointIO()
             if trainer.is_global_zero:
                 remove_stale_temporaries(self.dirpath)
                 self._remove_previous()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import ConfigError, SequenceTask, StepResult
+from seqssm.errors import ConfigError
+
+from .base import SequenceTask, StepResult
 
 
 class Classification(SequenceTask):

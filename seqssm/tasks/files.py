@@ -17,6 +17,8 @@ from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
+from seqssm.models.safe_load import load_torch_file
+
 TEMPORARY_MARK = ".tmp-"
 
 
@@ -64,7 +66,14 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's torch.save checkpoint IO, writing local files with `atomic_write` (remote URLs as before)."""
+    """Lightning's torch.save checkpoint IO, writing local files with `atomic_write` and reading them with
+    `load_torch_file` (weights_only=True, errors naming the file); remote URLs as before."""
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None,
+                        weights_only: Optional[bool] = None) -> dict[str, Any]:
+        if weights_only is False or not isinstance(get_filesystem(path), LocalFileSystem):
+            return super().load_checkpoint(path, weights_only=weights_only)
+        return load_torch_file(path)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or not isinstance(get_filesystem(path), LocalFileSystem):

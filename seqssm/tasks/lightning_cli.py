@@ -7,21 +7,34 @@ that neither has to import the other.
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from seqssm.arguments import ShortErrors
+from seqssm.errors import ConfigError, MissingFileError, user_error_in
+from seqssm.models.safe_load import checkpoint_error
 
 from ..data import SeqDataModule
-from .base import ConfigError, SequenceTask
+from .base import SequenceTask
 from .checkpoint import TaskCheckpoint
 from .logs import CSVLogger
 from .recipes import RECIPE_PARSER_MODE, register_recipe_loader
 from .resume import ResumableTrainData
 
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id", "max_length")
+# --ckpt_path values that Lightning resolves itself rather than reading as a file name
+LIGHTNING_CKPT_NAMES = ("best", "last", "hpc", "registry")
+
+
+class SeqssmParser(ShortErrors, LightningArgumentParser):
+    """LightningCLI's parser, whose mistakes are one UsageError line naming the option (`seqssm.arguments`)."""
 
 
 class SeqssmCLI(LightningCLI):
@@ -32,6 +45,14 @@ class SeqssmCLI(LightningCLI):
         register_recipe_loader()
         kwargs.setdefault("parser_mode", RECIPE_PARSER_MODE)
         return super().init_parser(**kwargs)
+
+    def _parse_ckpt_path(self) -> None:
+        # Lightning reads the hyper-parameters of --ckpt_path here, with torch.load(weights_only=True): name the file
+        # and what is wrong with it when that fails, as every other checkpoint read of seqssm does
+        try:
+            super()._parse_ckpt_path()
+        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as e:
+            raise checkpoint_error(self.config[self.config.subcommand].ckpt_path, e) from e
 
     def add_arguments_to_parser(self, parser) -> None:
         for attr in LINKED_FROM_DATA:
@@ -48,6 +69,11 @@ class SeqssmCLI(LightningCLI):
                               "that a checkpoint file cannot run code")
         if self.subcommand:
             config["weights_only"] = True
+        ckpt = config.get("ckpt_path")
+        if ckpt and ckpt.split(":")[0] not in LIGHTNING_CKPT_NAMES and "://" not in ckpt and not Path(ckpt).is_file():
+            raise MissingFileError(f"--ckpt_path {ckpt}: no such checkpoint file. Give a .ckpt of `seqssm fit` (its "
+                                   "<default_root_dir>/checkpoints folder), or --ckpt_path last to resume the run in "
+                                   "--trainer.default_root_dir")
         if config.get("torch_threads") is not None:
             if config.torch_threads < 1:
                 raise ConfigError(f"torch_threads must be >= 1, got {config.torch_threads}")
@@ -55,6 +81,16 @@ class SeqssmCLI(LightningCLI):
         if config.get("ckpt_path") and config.model.init_args.get("init_from"):
             # the checkpoint's weights replace the pretrained ones anyway; don't require that file to still exist
             config.model.init_args.init_from = None
+
+    def instantiate_classes(self) -> None:
+        # A class refusing a setting raises ValueError / TypeError in __init__ (which jsonargparse wraps in its own),
+        # the Trainer a MisconfigurationException: a mistake in the config, named in one line
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError, MisconfigurationException) as e:
+            if user_error_in(e):  # its own message is the one to show
+                raise
+            raise ConfigError(setting_error(e)) from e
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         trainer = self._get(self.config_init, "trainer", default={})
@@ -92,12 +128,23 @@ class SeqssmCLI(LightningCLI):
                               f"--trainer.default_root_dir, or delete {folder} to start over.")
 
 
+def setting_error(error: BaseException) -> str:
+    """"Class: message" for an error raised while building a class from the config: the innermost cause's message,
+    after the name of the class that jsonargparse's wrapping reports (if it does)."""
+    owner = None
+    while error.__cause__ is not None:
+        owner = owner or re.search(r"class_path='(?:[\w.]+\.)?(\w+)'", str(error))
+        error = error.__cause__
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return f"{owner[1]}: {message}" if owner else message
+
+
 def make_cli(args=None, run: bool = True) -> SeqssmCLI:
     """The `seqssm` LightningCLI on `args` (default: sys.argv); `run=False` only parses and instantiates."""
     return SeqssmCLI(
         SequenceTask, SeqDataModule, subclass_mode_model=True, subclass_mode_data=True,
         trainer_defaults={"callbacks": [ResumableTrainData()]},
         save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args, run=run,
-        parser_kwargs={"description": "Train and evaluate seqssm models. Also: `seqssm export CKPT OUT_DIR`, "
-                                      "`seqssm convert SRC DST --to hf|seqssm`, `seqssm generate PATH --prompt TEXT`."},
+        parser_class=SeqssmParser,
+        parser_kwargs={"description": "Train and evaluate seqssm models (`seqssm --help` lists every command)."},
     )

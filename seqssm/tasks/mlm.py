@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import ConfigError, SequenceTask, StepResult
+from seqssm.errors import ConfigError
+
+from .base import SequenceTask, StepResult
 
 SELECT_PROB = 0.15
 MASK_PROB, RANDOM_PROB = 0.8, 0.1  # of the selected positions; the remaining 10% keep their token

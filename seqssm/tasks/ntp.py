@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import ConfigError, ExpMeanMetric, SequenceTask, StepResult
+from seqssm.errors import ConfigError
+
+from .base import ExpMeanMetric, SequenceTask, StepResult
 
 
 def shifted_targets(inputs: torch.Tensor, lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-
-class IncompatibleWeightsError(RuntimeError):
-    """Pretrained weights do not fit the model under strict loading."""
+from seqssm.errors import IncompatibleWeightsError
 
 
 @dataclass

@@ -22,12 +22,11 @@ from typing import Any
 
 import yaml
 
+from seqssm.arguments import yaml_problem
+from seqssm.errors import RecipeError
+
 BASE_KEY = "_base_"
 RECIPE_PARSER_MODE = "seqssm_recipe"
-
-
-class RecipeError(ValueError):
-    """A recipe's base is missing, loops, or is not a mapping; the message names the files."""
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -52,16 +51,24 @@ def resolve_bases(data: Any, folder: Path, chain: tuple[Path, ...] = ()) -> Any:
         raise RecipeError(f"recipe bases loop: {path} is its own base ({where})")
     if not path.is_file():
         raise RecipeError(f"{BASE_KEY}: no recipe file {path} (named in {where}; relative to that recipe's folder)")
-    loaded = yaml.safe_load(path.read_text())
+    loaded = read_yaml(path)
     if not isinstance(loaded, dict):
         raise RecipeError(f"{path}: a recipe base must be a mapping of settings, got {type(loaded).__name__}")
     return merge(resolve_bases(loaded, path.parent, (*chain, path)), data)
 
 
+def read_yaml(path: Path) -> Any:
+    """The content of YAML file `path`; a syntax error is a RecipeError naming the file, line and column."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path}: not valid YAML: {yaml_problem(e) or e}") from e
+
+
 def read_recipe(path: str | Path) -> dict:
     """The settings of the recipe file at `path`, bases merged in (what `seqssm fit --config path` parses)."""
     path = Path(path).resolve()
-    return resolve_bases(yaml.safe_load(path.read_text()), path.parent, (path,))
+    return resolve_bases(read_yaml(path), path.parent, (path,))
 
 
 def load_recipe_yaml(text: str) -> Any:

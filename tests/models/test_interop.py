@@ -359,7 +359,7 @@ def test_convert_command(lm_dir, tmp_path, capsys):
     build("mamba-s4d", vocab_size=32, d_model=16, n_layers=1).save_pretrained(tmp_path / "s4d")
     with pytest.raises(SystemExit) as exit_info:
         main(["convert", str(tmp_path / "s4d"), str(tmp_path / "x"), "--to", "hf"])
-    assert exit_info.value.code == 1 and "ssp='s4d' is not supported" in capsys.readouterr().err
+    assert exit_info.value.code == 2 and "ssp='s4d' is not supported" in capsys.readouterr().err
 
 
 def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
@@ -368,7 +368,7 @@ def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
 
     from seqssm.cli import make_cli
     from seqssm.data.generators.standins import write_imdb_standin
-    from seqssm.models.interop.cli import architecture_overrides
+    from seqssm.models.interop import architecture_overrides
 
     data = write_imdb_standin(tmp_path / "imdb", n=12)
     recipe = Path(__file__).parents[2] / "recipes" / "finetune" / "mamba_imdb.yaml"

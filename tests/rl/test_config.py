@@ -1,12 +1,10 @@
 """RunConfig: per-algorithm defaults, recipe-shaped dicts both ways, and range checks that name the option."""
 
 import pytest
-
-from seqssm.rl import AgentConfig, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
 import torch
 
+from seqssm.rl import AgentConfig, ConfigError, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
 from seqssm.rl.config import check_limits, resolve_device, validate, within
-from seqssm.rl.errors import ConfigError
 
 
 def test_algorithm_defaults():

@@ -60,5 +60,5 @@ def test_changed_settings_are_a_one_line_error(tmp_path, capsys):
     reproduce("repeat-previous", tmp_path, capsys)
     with pytest.raises(SystemExit) as exit_info:
         main(["reproduce", "repeat-previous", "--seeds", "1", "--jobs", "1", "--no-bars", "--out", str(tmp_path)])
-    assert exit_info.value.code == 1
+    assert exit_info.value.code == 2
     assert "was made with other settings" in capsys.readouterr().err

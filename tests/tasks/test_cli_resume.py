@@ -19,9 +19,9 @@ def fit(*args):
 def test_resume_finds_the_run_or_says_where_it_looked(workdir, capsys):
     with pytest.raises(SystemExit) as info:
         fit("--ckpt_path", "last")
-    assert info.value.code == 1
+    assert info.value.code == 2
     err = capsys.readouterr().err
-    assert ("seqssm: error: --ckpt_path last: nothing to resume: no last.ckpt in run/checkpoints (the checkpoints "
+    assert ("seqssm fit: error: --ckpt_path last: nothing to resume: no last.ckpt in run/checkpoints (the checkpoints "
             "folder of trainer.default_root_dir=run)") in err
     assert "leave out --ckpt_path to start a new run" in err and "save_last" not in err
     assert not (workdir / "run").exists(), "nothing was written"
@@ -33,9 +33,9 @@ def test_resume_finds_the_run_or_says_where_it_looked(workdir, capsys):
 
     with pytest.raises(SystemExit) as info:
         fit()  # a new run in the same folder
-    assert info.value.code == 1
+    assert info.value.code == 2
     err = capsys.readouterr().err
-    assert ("seqssm: error: run/checkpoints/last.ckpt holds the state of an earlier run, which this run would "
+    assert ("seqssm fit: error: run/checkpoints/last.ckpt holds the state of an earlier run, which this run would "
             "overwrite. Resume that run with --ckpt_path last") in err
     assert last.read_bytes() == before
 

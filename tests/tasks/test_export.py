@@ -36,9 +36,9 @@ def test_export_refuses_a_non_empty_folder_and_writes_nothing(tmp_path, checkpoi
     before = folder_state(out)
     with pytest.raises(SystemExit) as info:
         main(["export", str(ckpt), str(out)])
-    assert info.value.code == 1
+    assert info.value.code == 2
     err = capsys.readouterr().err
-    assert f"seqssm: error: {out} is not empty (config.json, model.safetensors); nothing was written" in err
+    assert f"seqssm export: error: {out} is not empty (config.json, model.safetensors); nothing was written" in err
     assert "--overwrite" in err
     assert folder_state(out) == before
 

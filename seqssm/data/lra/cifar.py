@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from seqssm.errors import DataFormatError
+
 from ..base import RaggedDataset, holdout_split
 from ..cache import Ragged
-from ..errors import DataFormatError, missing
+from ..errors import missing
 from ..images import ImageDataModule, to_gray
 from ..io import check_labels, read_pickle
 from ..sources import download_command

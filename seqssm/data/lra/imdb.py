@@ -12,9 +12,11 @@ import json
 import os
 from pathlib import Path
 
+from seqssm.errors import DataFormatError
+
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cache_key, cached_splits, source_stamp
-from ..errors import DataFormatError, missing
+from ..errors import missing
 from ..io import read_text, write_text_atomic
 from ..sources import download_command
 from ..tokenizers import CharVocabulary

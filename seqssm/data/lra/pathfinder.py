@@ -9,9 +9,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from seqssm.errors import DataFormatError
+
 from ..base import RaggedDataset, SPLIT_SEED
 from ..cache import cached_splits
-from ..errors import DataFormatError, missing
+from ..errors import missing
 from ..images import ImageDataModule
 from ..io import read_text
 from ..png import read_png

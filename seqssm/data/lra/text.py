@@ -6,7 +6,8 @@ import csv
 import sys
 from pathlib import Path
 
-from ..errors import DataFormatError
+from seqssm.errors import DataFormatError
+
 from ..io import check_labels, not_utf8, parse_int_label
 
 FIX = "fix the file or fetch it again"

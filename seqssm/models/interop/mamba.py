@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 import struct
 from pathlib import Path
 
@@ -19,7 +18,9 @@ import torch
 from torch import nn
 
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
+from seqssm.errors import CheckpointError, PretrainedFormatError
 from seqssm.models.config import SequenceModelConfig
+from seqssm.models.safe_load import load_torch_file
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -76,10 +77,6 @@ MAMBA1_DEFAULTS = {"d_state": 16, "d_conv": 4, "expand": 2, "dt_rank": "auto", "
 # Settings that only choose an initialisation or a kernel: a trained model computes the same without them.
 MAMBA1_NO_EFFECT = {"dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "use_fast_path", "layer"}
 MAMBA_SSM_NO_EFFECT = {"fused_add_norm", "initializer_cfg"}
-
-
-class PretrainedFormatError(ValueError):
-    """A pretrained folder lacks a file, holds unreadable or mismatched tensors, or a setting seqssm cannot hold."""
 
 
 def _refuse(where, key: str, value, why: str):
@@ -226,7 +223,8 @@ def _check_safetensors_complete(path: Path) -> None:
                                         f"{8 + n + info['data_offsets'][1]}, the file has {size}")
 
 
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file; a missing, truncated or unreadable file raises PretrainedFormatError."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -241,13 +239,9 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_torch(path: Path) -> dict[str, torch.Tensor]:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0]
-        raise PretrainedFormatError(f"{path}: refused: it holds objects other than tensors, and seqssm never runs "
-                                    f"a pickle payload ({first})") from e
-    except (RuntimeError, EOFError, OSError) as e:
-        raise PretrainedFormatError(f"{path}: unreadable or truncated PyTorch file ({e})") from e
+        state = load_torch_file(path)
+    except CheckpointError as e:
+        raise PretrainedFormatError(str(e)) from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PretrainedFormatError(f"{path}: expected a state dict (names -> tensors)")
     return state
@@ -270,13 +264,13 @@ def read_tensors(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
             if not path.is_file():
                 key = next(k for k, v in weight_map.items() if v == shard)
                 raise PretrainedFormatError(f"{index}: shard {shard} (holding {key!r}) is missing from {folder}")
-            for key, value in _read_safetensors(path).items():
+            for key, value in read_safetensors(path).items():
                 tensors[key], origin[key] = value, path
         for key, shard in weight_map.items():
             if key not in tensors:
                 raise PretrainedFormatError(f"{folder / shard}: no tensor {key!r}, which {index.name} places there")
         return tensors, origin
-    for name, reader in ((SAFETENSORS_FILE, _read_safetensors), (TORCH_FILE, _read_torch)):
+    for name, reader in ((SAFETENSORS_FILE, read_safetensors), (TORCH_FILE, _read_torch)):
         path = folder / name
         if path.is_file():
             tensors = reader(path)

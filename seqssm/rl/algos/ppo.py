@@ -19,13 +19,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from seqssm.errors import ConfigError
 from seqssm.layers import frozen_weights
 from seqssm.layers.base import map_state
 from seqssm.optim import param_groups
 from seqssm.rl.agent import ActorCritic, AgentConfig, build_agent
 from seqssm.rl.algos.base import AlgorithmSpec
 from seqssm.rl.env_loop import EnvLoop
-from seqssm.rl.errors import ConfigError
 
 
 @dataclass

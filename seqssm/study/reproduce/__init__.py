@@ -9,7 +9,9 @@ One module per family of claims (rl_claims, lra_claims, species_claim), one shar
 report writer (report.py); the sizes and budgets are in recipes/reproduce/<claim>/.
 """
 
-from .claim import Claim, ReproduceError, Settings
+from seqssm.errors import ReproduceError
+
+from .claim import Claim, Settings
 from .lra_claims import LRA_CLAIMS
 from .rl_claims import RL_CLAIMS
 from .species_claim import SpeciesPretraining

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seqssm.errors import ReproduceError
 from seqssm.tasks.recipes import merge, read_recipe
 
 from .stats import RELATIONS
@@ -21,10 +22,6 @@ RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
 # per claim folder: with --smoke, its `run:` section is merged into every run's config and its `prepare:` section
 # into the claim's data settings, for a seconds-long run
 SMOKE_RECIPE = "smoke.yaml"
-
-
-class ReproduceError(ValueError):
-    """A reproduction cannot run as asked; the message says what to change."""
 
 
 @dataclass(frozen=True)

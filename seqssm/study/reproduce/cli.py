@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from seqssm.arguments import ArgumentParser
 
 from . import CLAIMS
 from .claim import RECIPES, Settings
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> ArgumentParser:
     """The `seqssm reproduce` argument parser."""
-    p = argparse.ArgumentParser(prog="seqssm reproduce", description="Re-run a source paper's comparison in "
+    p = ArgumentParser(prog="seqssm reproduce", description="Re-run a source paper's comparison in "
                                 "miniature with several seeds; write results.json, report.md and figures with a "
                                 "verdict per comparison. Finished runs are skipped on a second call.")
     p.add_argument("claim", choices=[*CLAIMS, "all", "list"], help="a claim, `all` of them, or `list` them")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import numpy as np
 
+from seqssm.errors import ReproduceError
+
 from . import plots
-from .claim import Claim, Comparison, Measurements, Metric, ReproduceError, Run
+from .claim import Claim, Comparison, Measurements, Metric, Run
 
 LU = "Lu et al. 2023, \"Structured State Space Models for In-Context Reinforcement Learning\""
 VAN_GELOOVEN = ("van Gelooven 2025, MSc thesis \"On the Application of State Space Models to Partially Observable "

@@ -21,10 +21,11 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from seqssm.errors import ReproduceError
 from seqssm.study.species import differences
 
 from . import work
-from .claim import Claim, ReproduceError, Run
+from .claim import Claim, Run
 from .report import write_index, write_report
 
 RESULT = "result.json"

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from seqssm.rl import PPO, AgentConfig, CoreConfig, PPOConfig, build_agent, run_episodes, run_iterations
 from seqssm.rl.algos.ppo import clipped_policy_loss, gae, normalize, value_loss
 from seqssm.rl.config import check_limits
-from seqssm.rl.errors import ConfigError
+from seqssm.rl import ConfigError
 
 
 class CueRecall(gym.Env):
