@@ -16,8 +16,12 @@ import importlib
 import inspect
 import os
 import re
+from typing import TYPE_CHECKING
 
-from seqssm.errors import SeqssmError, UsageError
+from seqssm.errors import ConfigError, SeqssmError, UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 # Lines of jsonargparse's reports that say how it searched, not what is wrong.
 NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:")
@@ -172,3 +176,23 @@ def public_classes(module: str) -> list[str]:
     except ImportError:
         return []
     return [name for name, value in namespace.items() if isinstance(value, type) and not name.startswith("_")]
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device that a `--device` option names: "auto" is CUDA when available, else the CPU; ConfigError for a
+    name torch does not know or a CUDA device this machine lacks."""
+    import torch  # here: `seqssm --help` imports no torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"--device = {name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device = {name!r} but torch sees no CUDA device here; use --device auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device = {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device = {name!r}: only cpu and cuda devices are supported")
+    return device

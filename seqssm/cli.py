@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .arguments import ArgumentParser, closest
+from .arguments import ArgumentParser, closest, resolve_device
 from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
 
 
@@ -117,7 +117,10 @@ def generate(argv: list[str]) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto (default: CUDA when available, else CPU), cpu, cuda, "
+                        "cuda:N")
     ns = parser.parse_args(argv)
+    device = resolve_device(ns.device)
     try:  # the same checks as SequenceModel.generate, before anything is loaded, naming the options
         check_max_new_tokens(ns.max_new_tokens, "--max-new-tokens")
         check_temperature(ns.temperature, "--temperature")
@@ -128,7 +131,7 @@ def generate(argv: list[str]) -> None:
     ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else prompt_ids(ns.prompt, TOKENIZER_FILE)
     if not ids:
         raise UsageError("--prompt encodes to no tokens: give at least one")
-    model = SequenceModel.from_pretrained(ns.path).eval()
+    model = SequenceModel.from_pretrained(ns.path).eval().to(device)
     if not (model.is_lm and model.causal):
         raise UsageError(f"{ns.path} holds a {'classifier' if not model.is_lm else 'bidirectional model'}, not a "
                          "causal language model: generate continues prompts with next-token models only")
@@ -136,8 +139,8 @@ def generate(argv: list[str]) -> None:
     if outside:
         raise UsageError(f"--prompt has token ids outside the model's vocabulary [0, {model.vocab_size}): "
                          f"{', '.join(map(str, outside[:8]))}")
-    out = model.generate(torch.tensor([ids]), ns.max_new_tokens, temperature=ns.temperature, top_k=ns.top_k,
-                         generator=torch.Generator().manual_seed(ns.seed))[0].tolist()
+    out = model.generate(torch.tensor([ids], device=device), ns.max_new_tokens, temperature=ns.temperature,
+                         top_k=ns.top_k, generator=torch.Generator(device).manual_seed(ns.seed))[0].tolist()
     print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))
 
 

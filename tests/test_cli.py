@@ -149,6 +149,7 @@ CASES = [  # (command line, words of the one error line)
     (["generate", "nothere", "--prompt", "1"], "nothere not found: no such model folder"),
     (["generate", "garbage.ckpt", "--prompt", "1"], "garbage.ckpt is a file, not a model folder"),
     (["generate", "garbage-model", "--prompt", "1", "--temperature", "-1"], "--temperature must be a finite number"),
+    (["generate", "garbage-model", "--prompt", "1", "--device", "gpu0"], "--device = 'gpu0' is not a device"),
     (["data", "prepare", "imdb", "--source", "nothere.tar.gz", "--data-dir", "d"], "nothere.tar.gz does not exist"),
     (["data", "prepare", "imdb", "--source", "garbage.tar.gz", "--data-dir", "d"],
      "garbage.tar.gz: cannot read the archive"),

@@ -7,7 +7,7 @@ from torch import nn
 
 from seqssm.blocks.config import SSPConfig
 from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import SequenceLayer, check_steps, mask_outputs
+from seqssm.layers.base import SequenceLayer, mask_outputs
 from seqssm.layers.registry import build_layer
 from seqssm.optim import set_ssm_lr_scale
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
-from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, check_steps, mask_outputs, non_causal_error
+from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 

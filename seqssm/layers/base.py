@@ -22,7 +22,7 @@ from torch import nn
 
 from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.ops.checks import check_flags, check_floating
-from seqssm.optim import SSM_LR_SCALE, tag_param, tag_ssm
+from seqssm.optim import SSM_LR_SCALE, tag_ssm
 
 State = Any  # a tensor or a nested tuple / list of tensors
 

@@ -26,11 +26,11 @@ from typing import Any, Literal
 import torch
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from seqssm.arguments import ShortErrors
+from seqssm.arguments import ShortErrors, resolve_device
 from seqssm.errors import ConfigError
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.checkpoint import load_checkpoint
-from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value, resolve_device
+from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
 from seqssm.rl.runner import train

@@ -12,8 +12,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
-import torch
-
+from seqssm.arguments import resolve_device
 from seqssm.errors import ConfigError
 from seqssm.rl.algos import ALGORITHMS, AlgorithmSpec
 from seqssm.rl.envs import EnvConfig
@@ -103,24 +102,6 @@ class RunConfig:
             raise ConfigError(f"unknown key(s) {sorted(unknown)} in a {algorithm} run config; valid: "
                               f"{sorted(plain | set(sections) | {'algorithm'})}")
         return cls(algorithm=algorithm, **kwargs, **data)
-
-
-def resolve_device(name: str) -> torch.device:
-    """The torch device that a `device` option names: "auto" is CUDA when available, else the CPU; ConfigError for a
-    name torch does not know or a CUDA device this machine lacks."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as e:
-        raise ConfigError(f"--device = {name!r} is not a device; use auto, cpu, cuda or cuda:N") from e
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device = {name!r} but torch sees no CUDA device here; use --device auto or cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"--device = {name!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"--device = {name!r}: only cpu and cuda devices are supported")
-    return device
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:

@@ -24,7 +24,8 @@ import yaml
 
 from seqssm.errors import ConfigError
 from seqssm.rl.checkpoint import save_checkpoint
-from seqssm.rl.config import EVAL_SEED, RunConfig, resolve_device, validate
+from seqssm.arguments import resolve_device
+from seqssm.rl.config import EVAL_SEED, RunConfig, validate
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import make_env, make_vector_env
 from seqssm.rl.envs.make import is_env_name, unknown_env_message

@@ -107,3 +107,22 @@ def test_the_command_generates_with_valid_arguments(lm, lm_dir, capsys):
     main(["generate", str(lm_dir), "--prompt", "1 2 3", "--max-new-tokens", "4"])
     expected = SequenceModel.from_pretrained(lm_dir).eval().generate(torch.tensor([[1, 2, 3]]), 4, temperature=0)
     assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
+def test_the_command_samples_on_the_device_it_is_given(lm, lm_dir, capsys):
+    """--device cpu with a seed repeats the library call with a CPU generator of that seed (auto is the same on a
+    machine without CUDA)."""
+    main(["generate", str(lm_dir), "--prompt", "1 2 3", "--max-new-tokens", "5", "--temperature", "1.0",
+          "--seed", "7", "--device", "cpu"])
+    model = SequenceModel.from_pretrained(lm_dir).eval()
+    expected = model.generate(torch.tensor([[1, 2, 3]]), 5, temperature=1.0,
+                              generator=torch.Generator("cpu").manual_seed(7))
+    assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
+@pytest.mark.gpu
+def test_the_command_generates_on_cuda_by_default(lm, lm_dir, capsys):
+    main(["generate", str(lm_dir), "--prompt", "1 2 3", "--max-new-tokens", "4"])
+    expected = SequenceModel.from_pretrained(lm_dir).eval().cuda().generate(torch.tensor([[1, 2, 3]]).cuda(), 4,
+                                                                             temperature=0)
+    assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]

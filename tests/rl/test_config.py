@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from seqssm.rl import AgentConfig, ConfigError, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
-from seqssm.rl.config import check_limits, resolve_device, validate, within
+from seqssm.arguments import resolve_device
+from seqssm.rl.config import check_limits, validate, within
 
 
 def test_algorithm_defaults():

@@ -103,7 +103,8 @@ def lay_structure(rng: np.random.Generator, seq: np.ndarray, library: np.ndarray
             start = pos + c * k
             if start + k > n:
                 break
-            motif = library[rng.choice(len(library), p=profile)] if c == 0 else motif
+            if c == 0:  # a tandem copy repeats the motif just drawn
+                motif = library[rng.choice(len(library), p=profile)]
             copy = motif.copy()
             mutated = rng.random(k) < structure.mutation
             copy[mutated] = BASES[rng.integers(0, 4, size=int(mutated.sum()))]
