@@ -103,7 +103,7 @@ def check_writable(model: nn.Module, format: str) -> None:
     if format not in (FORMAT, "hf"):
         raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
     if format == "hf":
-        from .interop import hf_config
+        from .interop.mamba import hf_config
 
         hf_config(model.config)  # raises PretrainedFormatError for what a Hugging Face Mamba cannot hold
 
@@ -116,7 +116,7 @@ def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT)
 
     check_writable(model, format)
     if format == "hf":
-        from .interop import save_hf
+        from .interop.mamba import save_hf
 
         save_hf(model, folder)
         return
@@ -162,7 +162,7 @@ def read_config(folder: str | Path) -> dict:
 def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str, torch.Tensor]:
     """The weights of a seqssm folder, read with safetensors; of a Hugging Face or mamba_ssm Mamba folder,
     renamed to the keys of `model_cls` (SequenceModel: passed in, so that this module stays below it)."""
-    from .interop import detect_format, read_safetensors, read_state_dict
+    from .interop.mamba import detect_format, read_safetensors, read_state_dict
 
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
         return read_state_dict(folder, model_cls)
@@ -176,7 +176,7 @@ def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str,
 def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtype | None = None) -> nn.Module:
     """Rebuild the `model_cls` (SequenceModel) saved in `folder` (seqssm, Hugging Face Mamba or mamba_ssm) and
     load its weights (strictly), in `dtype` when given. Users call `SequenceModel.from_pretrained`."""
-    from .interop import detect_format, load_model
+    from .interop.mamba import detect_format, load_model
 
     check_folder(folder)
     if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
