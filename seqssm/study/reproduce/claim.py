@@ -154,6 +154,10 @@ class Claim:
         factor = 1.0 if self.settings.smoke else self.settings.budget
         return max(multiple, round(steps * factor / multiple) * multiple)
 
+    def results(self, records: dict[str, dict], arm: str) -> list[dict]:
+        """The finished results of `arm` (runs keyed <arm>/seed<seed>), in seed order."""
+        return [records[k]["result"] for k in (f"{arm}/seed{s}" for s in self.seeds()) if k in records]
+
     # -- what subclasses implement -------------------------------------------------------------------------------
     def prepare(self) -> list[str]:
         """Write what the runs read (generated data) -> lines for the report; nothing by default."""

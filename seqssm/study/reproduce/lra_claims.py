@@ -65,7 +65,7 @@ class ListOpsClaim(Claim):
     def measure(self, records):
         m = Measurements()
         for arm in self.arms:
-            results = [records[k]["result"] for k in (f"{arm}/seed{s}" for s in self.seeds()) if k in records]
+            results = self.results(records, arm)
             for r in results:
                 m.add(arm, "acc", r["final"])
                 m.add(arm, "best", r["best"])

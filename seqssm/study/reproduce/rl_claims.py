@@ -65,7 +65,7 @@ class RLClaim(Claim):
         return runs
 
     def results(self, records: dict[str, dict], arm: str, value=None) -> list[dict]:
-        """The finished results of `arm` (at sweep value `value`), in seed order."""
+        """The finished results of `arm` (at sweep value `value`; None: the runs without a sweep), in seed order."""
         keys = [f"{arm}/seed{s}" if value is None else f"{arm}/{self.sweep}={value}/seed{s}" for s in self.seeds()]
         return [records[k]["result"] for k in keys if k in records]
 

@@ -173,7 +173,7 @@ class SpeciesPretraining(Claim):
     def measure(self, records):
         m = Measurements()
         for arm in self.arms:
-            results = [records[k]["result"] for k in (f"{arm}/seed{s}" for s in self.seeds()) if k in records]
+            results = self.results(records, arm)
             for r in results:
                 m.add(arm, "step_ms", 1000 * r["median_step_s"])
                 if arm in PRETRAINING:
