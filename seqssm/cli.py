@@ -7,7 +7,7 @@
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
     seqssm data download imdb                                             # fetch, verify, unpack into data/imdb
-    seqssm study species --preset cpu-small --out runs/species-small      # Ulbaek 2024 thesis, 16: pretraining, surgery, arms
+    seqssm study species --preset cpu-small --out runs/species-small      # the study of Ulbaek 2024 thesis, 16
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml               # a recurrent PPO agent on POPGym
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 96
     seqssm reproduce all --seeds 3 --out runs/reproduce                   # the papers' comparisons, with verdicts
