@@ -153,3 +153,14 @@ def test_the_memoryless_core_keeps_the_layer_contract():
     y, state = core.scan(x, core.initial_state(2), resets=torch.zeros(2, 5, dtype=torch.bool))
     steps = torch.stack([core.step(x[:, t], state)[0] for t in range(5)], dim=1)
     assert state == () and torch.equal(y, core(x)) and torch.allclose(steps, y)
+
+
+def test_species_prepare_indexes_every_genome_before_runs_read_them(tmp_path):
+    # runs side by side open the same FASTA files; an index each of them would write at once must already be there
+    claim = CLAIMS["species-pretraining"](Settings(out=tmp_path, seeds=1, smoke=True))
+    claim.prepare()
+    fastas = sorted(tmp_path.glob("data/*/*/chr*.fna"))
+    assert fastas
+    for fasta in fastas:
+        index = Path(f"{fasta}.fai")
+        assert index.stat().st_size > 0 and index.stat().st_mtime >= fasta.stat().st_mtime

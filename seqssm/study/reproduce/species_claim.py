@@ -112,12 +112,16 @@ class SpeciesPretraining(Claim):
     def prepare(self) -> list[str]:
         """Write the structured genomes unless they are there; the 4-mer count model's perplexity for the LM check."""
         from seqssm.data.generators.genome import GenomeStructure, write_genomes
+        from seqssm.data.species import Chromosome
         from seqssm.data.species_splits import DEFAULT_SPECIES, SPECIES_SPLITS
 
         s, folder = self.genome_settings(), self.data_folder()
         if not all((folder / sp).is_dir() for sp in DEFAULT_SPECIES):
             write_genomes(folder, DEFAULT_SPECIES, chrom_length=s["chrom_length"], order=s["order"],
                           concentration=s["concentration"], seed=s["seed"], structure=GenomeStructure(**s["structure"]))
+        for fasta in sorted(folder.glob("*/chr*.fna")):
+            # index every file here, once: runs side by side would otherwise write the same .fai at once
+            Chromosome(fasta, fasta.parent.name, fasta.stem)
         train = [read_fasta(folder / sp / f"chr{c}.fna") for sp in DEFAULT_SPECIES
                  for c in SPECIES_SPLITS[sp]["train"][1:]]  # the pretraining chromosomes (the first is finetuning's)
         valid = [read_fasta(folder / sp / f"chr{c}.fna") for sp in DEFAULT_SPECIES for c in SPECIES_SPLITS[sp]["valid"]]
