@@ -8,8 +8,10 @@ B̄_h = Δ_h (I - Δ_h/2 A)^{-1} B.
 
 Without resets or mask the layer is a convolution with the Krylov kernel K_j = C Ā^j B̄
 (van Gelooven 2025, eq. 2.8), computed by repeated squaring; a carried state adds its free response
-C Ā^(t+1) h_0. With resets or a mask `scan` runs the dense recurrence step by step, which, as
-van Gelooven 2025 thesis, 2.2.3, notes, the Krylov form cannot express; like S4's, it is correct, not fast.
+C Ā^(t+1) h_0. Resets split the sequence into segments, each a convolution of its own inputs from a zero
+state: `scan` applies the Toeplitz matrix of K masked to same-segment pairs, O(L^2) but parallel (van Gelooven
+2025 thesis, 2.2.3, notes that the Krylov form alone cannot reset), for sequences up to TOEPLITZ_MAX_ELEMENTS.
+A mask, or longer sequences with resets, run the dense recurrence step by step: correct, not fast.
 
 LSSL learns A, B and Δ (tagged for 0.1x learning rate, no weight decay) besides C and D.
 LSSLf fixes A, B and Δ (buffers) and learns only C and D, as in van Gelooven 2025 thesis, 2.1.2 ("fixes
@@ -26,8 +28,12 @@ from seqssm.layers.base import (
 )
 from seqssm.layers.hippo import hippo_legs, log_dt_init
 from seqssm.ops.fftconv import fft_conv
-from seqssm.ops.krylov import krylov
+from seqssm.ops.krylov import apply_power, krylov, squarings
 from seqssm.ops.ssm_kernels import discretize_dense
+
+# Largest batch x d_model x L x L of the masked Toeplitz matrix the reset path builds (256 MiB in float32);
+# beyond it the step-by-step recurrence keeps memory linear in L.
+TOEPLITZ_MAX_ELEMENTS = 1 << 26
 
 
 class LSSL(SequenceLayer):
@@ -67,14 +73,8 @@ class LSSL(SequenceLayer):
             dA, dB, C = self.discrete(dtype)
             u, D = x.to(dtype), self.D.to(dtype)
             h0 = None if state is None else state.to(dtype)
-            if resets is None and mask is None:
-                Kx = krylov(dA, dB, L)  # (H, L, N): Ā^j B̄
-                y = fft_conv(u, (Kx @ C.unsqueeze(-1)).squeeze(-1), D)
-                h = torch.einsum("hjn,bjh->bhn", Kx, u.flip(1))  # h_L = Σ_j Ā^j B̄ u_(L-1-j)
-                if h0 is not None:
-                    free = krylov(dA.mT, C, L + 1)[:, 1:]  # (H, L, N): rows C Ā^(t+1)
-                    y = y + torch.einsum("htn,bhn->bth", free, h0)
-                    h = h + torch.einsum("hnm,bhm->bhn", torch.linalg.matrix_power(dA, L), h0)
+            if mask is None and (resets is None or batch * self.d_model * L * L <= TOEPLITZ_MAX_ELEMENTS):
+                y, h = self._convolution(dA, dB, C, D, u, h0, resets)
                 return y.to(x.dtype), h
             h = torch.zeros(batch, self.d_model, self.d_state, dtype=dtype, device=x.device) if h0 is None else h0
             ys = []
@@ -86,6 +86,39 @@ class LSSL(SequenceLayer):
                 ys.append(y_t)
             y = mask_outputs(mask, torch.stack(ys, dim=1))
         return y.to(x.dtype), h
+
+    @staticmethod
+    def _convolution(dA, dB, C, D, u, h0, resets):
+        """The Krylov form: u (B, L, H), h0 (B, H, N) or None, resets (B, L) bool or None -> (y, final state).
+
+        With resets, step t sees only the inputs of its own segment (since the last reset at or before t), and
+        h0 only while no reset has come yet."""
+        L = u.shape[1]
+        powers = squarings(dA, L)  # shared by every power of Ā below: the squarings are most of the cost
+        Kx = krylov(dA, dB, L, powers)  # (H, L, N): Ā^j B̄
+        K = (Kx @ C.unsqueeze(-1)).squeeze(-1)  # (H, L)
+        if resets is None:
+            y = fft_conv(u, K, D)
+            last, first = u, None  # inputs in the final state's segment; steps that h0 reaches (all)
+        else:
+            segment = torch.cumsum(resets.long(), dim=1)  # (B, L): resets so far, counting the step's own
+            # (H, L, L): K_(t-k) for k <= t, 0 above the diagonal; windows of [K reversed, zeros], a gather-free view
+            padded = torch.cat([K.flip(-1), K.new_zeros(K.shape[0], L - 1)], dim=-1)
+            toeplitz = padded.unfold(-1, L, 1).flip(-2)
+            same = segment[:, :, None] == segment[:, None, :]  # (B, L, L)
+            weights = toeplitz.unsqueeze(0) * same.unsqueeze(1).to(u.dtype)  # (B, H, L, L)
+            y = (weights @ u.transpose(1, 2).unsqueeze(-1)).squeeze(-1).transpose(1, 2) + D * u
+            last = u * (segment == segment[:, -1:]).unsqueeze(-1).to(u.dtype)
+            first = (segment == 0).to(u.dtype)  # (B, L)
+        h = torch.einsum("hjn,bjh->bhn", Kx, last.flip(1))  # h_L = Σ_j Ā^j B̄ u_(L-1-j)
+        if h0 is not None:
+            h1 = torch.einsum("hnm,bhm->bhn", dA, h0)  # Ā h0
+            free = torch.einsum("htn,bhn->bth", krylov(dA.mT, C, L, [p.mT for p in powers]), h1)  # C Ā^t Ā h0
+            carried = apply_power(powers, L - 1, h1)  # Ā^(L-1) Ā h0
+            if first is not None:
+                free, carried = free * first.unsqueeze(-1), carried * first[:, -1, None, None]
+            y, h = y + free, h + carried
+        return y, h
 
     @staticmethod
     def _recurrence_step(dA, dB, C, D, u_t, h):

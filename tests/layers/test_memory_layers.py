@@ -351,3 +351,30 @@ def test_frozen_weights_caches_the_step_system_and_drops_it_on_exit(name):
         y, _ = layer.step(x[0].requires_grad_(), layer.initial_state(2, dtype=torch.float64))
         y.sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["zero-state", "carried-state"])
+def test_lssl_reset_convolution_equals_the_recurrence(carried, monkeypatch):
+    """With resets, the masked Toeplitz path gives the step-by-step recurrence's outputs, final state and grads."""
+    import seqssm.layers.lssl as lssl
+
+    torch.manual_seed(0)
+    layer = LSSL(H, 6).double()
+    x = torch.randn(3, 17, H, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(3, H, 6, dtype=torch.float64, requires_grad=True) if carried else None
+    resets = torch.zeros(3, 17, dtype=torch.bool)
+    resets[0, 0] = resets[1, 5] = resets[1, 6] = resets[1, 16] = True  # first step, adjacent, last step
+
+    def run():
+        y, h = layer.scan(x, h0, resets=resets)
+        grads = torch.autograd.grad((y.square().sum() + h.sin().sum()),
+                                    [x, *([h0] if carried else []), *layer.parameters()])
+        return y, h, grads
+
+    y, h, grads = run()
+    monkeypatch.setattr(lssl, "TOEPLITZ_MAX_ELEMENTS", 0)  # the step-by-step recurrence
+    y_ref, h_ref, grads_ref = run()
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(h, h_ref)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref)

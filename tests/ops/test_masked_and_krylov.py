@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from seqssm.ops.conv1d import causal_conv1d_step
-from seqssm.ops.krylov import krylov
+from seqssm.ops.krylov import apply_power, krylov, squarings
 from seqssm.ops.masked import gather_steps, masked_causal_conv1d, scatter_steps, valid_first
 
 
@@ -60,3 +60,16 @@ def test_krylov_rows_are_matrix_powers(L):
     v = torch.randn(2, 3, dtype=torch.float64, generator=g)
     expected = torch.stack([(torch.linalg.matrix_power(A, j) @ v[..., None])[..., 0] for j in range(L)], -2)
     torch.testing.assert_close(krylov(A, v, L), expected)
+
+
+@pytest.mark.parametrize("L", [1, 2, 5, 8, 9])
+def test_shared_squarings_give_krylov_rows_and_powers(L):
+    torch.manual_seed(0)
+    A, v = torch.randn(3, 4, 4, dtype=torch.float64) / 2, torch.randn(3, 4, dtype=torch.float64)
+    powers = squarings(A, L)
+    torch.testing.assert_close(krylov(A, v, L, powers), krylov(A, v, L))
+    for p in range(2 ** len(powers)):
+        expected = (torch.linalg.matrix_power(A, p) @ v.unsqueeze(-1)).squeeze(-1)
+        torch.testing.assert_close(apply_power(powers, p, v), expected)
+    with pytest.raises(ValueError, match="squarings"):
+        apply_power(powers, 2 ** len(powers), v)
