@@ -69,6 +69,8 @@ class EpisodeReplay:
         self.capacity, self.obs_dim, self.act_dim = capacity, obs_dim, act_dim
         self.episodes: deque[Episode] = deque()
         self.transitions = 0
+        self.lengths: deque[int] = deque()  # len() of each episode, in the same order
+        self._weights: np.ndarray | None = None  # `lengths` as an array for sampling, rebuilt after a change
 
     def __len__(self) -> int:
         return self.transitions
@@ -79,9 +81,12 @@ class EpisodeReplay:
             raise ValueError(f"episode needs T >= 1 transitions and obs (T + 1, {self.obs_dim}), "
                              f"got T = {len(episode)} and obs {episode.obs.shape}")
         self.episodes.append(episode)
+        self.lengths.append(len(episode))
         self.transitions += len(episode)
+        self._weights = None
         while self.transitions > self.capacity and len(self.episodes) > 1:
-            self.transitions -= len(self.episodes.popleft())
+            self.episodes.popleft()
+            self.transitions -= self.lengths.popleft()
 
     @staticmethod
     def _inputs(ep: Episode, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +106,10 @@ class EpisodeReplay:
         """
         if not self.episodes:
             raise ValueError("sampling from an empty replay buffer")
-        lengths = np.array([len(e) for e in self.episodes], np.float64)
+        if self._weights is None:
+            # from the int deque at C speed: asking every episode its length costs O(episodes) Python calls
+            self._weights = np.fromiter(self.lengths, np.float64, len(self.lengths))
+        lengths = self._weights
         picks = rng.choice(len(self.episodes), size=batch_size, p=lengths / lengths.sum())
         seqs = {k: [] for k in ("obs", "prev", "action", "reward", "terminal", "p_obs", "p_prev")}
         for i in picks:
