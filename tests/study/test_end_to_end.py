@@ -2,6 +2,7 @@
 runs), reports written, finished runs skipped on the second call; matplotlib's absence named with the fix."""
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -38,7 +39,18 @@ def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, caps
 
     log = reproduce(claim, tmp_path, capsys)
     assert f"{2 * arms} of {2 * arms} runs finished before: skipped" in log
-    assert json.loads((folder / "results.json").read_text())["comparisons"] == summary["comparisons"]
+    again = json.loads((folder / "results.json").read_text())
+    assert again["comparisons"] == summary["comparisons"]
+    # nothing ran: the minutes are those of the call that ran the runs, and the report says so
+    assert again["elapsed_s"] == summary["elapsed_s"] and again["timing_from_earlier_call"]
+    assert "in the call that ran them (this report is rebuilt" in (folder / "report.md").read_text()
+
+    shutil.rmtree(folder / next(iter(summary["runs"])))
+    reproduce(claim, tmp_path, capsys)
+    partial = json.loads((folder / "results.json").read_text())
+    assert partial["reused_runs"] == 2 * arms - 1 and not partial["timing_from_earlier_call"]
+    assert (f"in this call, which ran 1 of the {2 * arms} runs ({2 * arms - 1} had finished before)"
+            in (folder / "report.md").read_text())
 
 
 def test_list_names_every_claim(capsys):

@@ -6,12 +6,59 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .claim import Claim, Comparison, Measurements, Run
 from .stats import Difference, mean, standard_error, verdict
 
 REPORT, RESULTS = "report.md", "results.json"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long the call that ran a claim's runs took (wall seconds, load average at its start and end) and how many
+    of the `total` runs had finished before it (`reused`); `earlier`: these are an earlier call's numbers, read back
+    because this call ran nothing."""
+    elapsed_s: float
+    load_start: float
+    load_end: float
+    reused: int
+    total: int
+    earlier: bool = False
+
+    def or_earlier(self, folder: Path, records: dict[str, dict]) -> Timing:
+        """This call's timing, or, when it ran nothing, the timing in the results.json of the call that ran these
+        very runs (same keys and wall times); this call's if there is none."""
+        if self.reused < self.total:
+            return self
+        try:
+            previous = json.loads((folder / RESULTS).read_text())
+            ran = {key: run["wall_s"] for key, run in previous["runs"].items()}
+            if ran != {key: record["wall_s"] for key, record in records.items()}:
+                return self
+            settings = previous["settings"]
+            return Timing(previous["elapsed_s"], settings["load_start"], settings["load_end"],
+                          previous.get("reused_runs", 0), self.total, earlier=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            return self
+
+    def phrase(self) -> str:
+        """The report's words for it, e.g. "12.7 min in all"."""
+        minutes = f"{self.elapsed_s / 60:.1f} min"
+        ran = f"{self.total - self.reused} of the {self.total} runs ({self.reused} had finished before)"
+        if self.earlier:
+            rebuilt = "this report is rebuilt from the finished runs"
+            return (f"{minutes} in the call that ran them ({rebuilt})" if not self.reused else
+                    f"{minutes} in the call that ran {ran}; {rebuilt}")
+        return f"{minutes} in all" if not self.reused else f"{minutes} in this call, which ran {ran}"
+
+    @staticmethod
+    def of(summary: dict) -> Timing:
+        """The timing a results.json summary records."""
+        s = summary["settings"]
+        return Timing(summary["elapsed_s"], s["load_start"], s["load_end"], summary.get("reused_runs", 0),
+                      len(summary["runs"]) + len(summary["failed"]), summary.get("timing_from_earlier_call", False))
 
 
 def require_matplotlib() -> None:
@@ -100,7 +147,7 @@ def markdown(claim: Claim, summary: dict, figures: list[Path], m: Measurements, 
     budget = "smoke sizes (smoke.yaml)" if s["smoke"] else f"{s['budget']:g} x the recipes' steps"
     lines = [f"## {claim.title}", "", f"Source: {claim.source}.", "", f"Claim: {claim.claim}", "",
              f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), {s['jobs']} runs side by "
-             f"side; {summary['elapsed_s'] / 60:.1f} min in all on {s['cpus']} CPUs, load average "
+             f"side; {Timing.of(summary).phrase()} on {s['cpus']} CPUs, load average "
              f"{s['load_start']:.1f} at the start and {s['load_end']:.1f} at the end.", ""]
     lines += [f"- {note}" for note in summary["prepare_notes"]]
     lines += ["", "Mean ± standard error over seeds:", "", *table(claim, m, walls), ""]
@@ -128,7 +175,7 @@ def plain(value):
 
 
 def write_report(claim: Claim, runs: list[Run], records: dict[str, dict], errors: dict[str, str],
-                 prepare_notes: list[str], elapsed_s: float, load_start: float) -> dict:
+                 prepare_notes: list[str], timing: Timing) -> dict:
     """Measure the finished runs, judge the comparisons, write results.json, the figures and report.md -> summary."""
     require_matplotlib()
     m = claim.measure(records)
@@ -138,8 +185,9 @@ def write_report(claim: Claim, runs: list[Run], records: dict[str, dict], errors
     summary = {
         "claim": claim.name, "title": claim.title, "source": claim.source, "paper_claim": claim.claim,
         "settings": {"seeds": s.seeds, "budget": s.budget, "smoke": s.smoke, "jobs": s.jobs, "cpus": os.cpu_count(),
-                     "load_start": load_start, "load_end": os.getloadavg()[0]},
-        "elapsed_s": round(elapsed_s, 1), "prepare_notes": prepare_notes,
+                     "load_start": timing.load_start, "load_end": timing.load_end},
+        "elapsed_s": round(timing.elapsed_s, 1), "reused_runs": timing.reused,
+        "timing_from_earlier_call": timing.earlier, "prepare_notes": prepare_notes,
         "arms": {arm: {name: {"values": v, "mean": mean(v), "se": standard_error(v)} for name, v in metrics.items()}
                  for arm, metrics in m.values.items()},
         "wall_s": walls, "paper": claim.paper_values, "notes": m.notes, "comparisons": comparisons,
@@ -152,6 +200,11 @@ def write_report(claim: Claim, runs: list[Run], records: dict[str, dict], errors
     return summary
 
 
+def reuse_mark(summary: dict) -> str:
+    """"*" for a claim whose minutes do not cover all of its runs (some had finished before the call timed)."""
+    return "\\*" if summary.get("reused_runs", 0) else ""
+
+
 def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
     """<out>/report.md: one line per claim (verdict, comparisons, minutes), then every claim's report with its
     figure links pointing into the claim's folder."""
@@ -161,9 +214,13 @@ def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
     for claim, s in zip(claims, summaries):
         counts = [sum(c["verdict"] == v for c in s["comparisons"]) for v in ("agrees", "disagrees", "inconclusive")]
         lines.append(f"| [{claim.name}]({claim.name}/{REPORT}) | {claim.source} | {s['verdict']} | "
-                     f"{' / '.join(map(str, counts))} | {s['elapsed_s'] / 60:.1f} |")
+                     f"{' / '.join(map(str, counts))} | {s['elapsed_s'] / 60:.1f}{reuse_mark(s)} |")
     total = sum(s["elapsed_s"] for s in summaries) / 60
-    lines += ["", f"{total:.0f} minutes in all.", ""]
+    lines += ["", f"{total:.0f} minutes in all: the sum of the claims' minutes, each from the call that ran its runs.",
+              ""]
+    if any(reuse_mark(s) for s in summaries):
+        lines += ["\\* runs reused from an earlier call: those minutes cover only the call that ran the rest "
+                  "(the claim's report says how many).", ""]
     for claim in claims:
         text = (claim.folder / REPORT).read_text()
         lines.append(text.replace("](", f"]({claim.name}/").replace(f"]({claim.name}/http", "](http"))

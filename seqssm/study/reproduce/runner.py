@@ -26,7 +26,7 @@ from seqssm.study.species import differences
 
 from . import work
 from .claim import Claim, Run
-from .report import write_index, write_report
+from .report import Timing, write_index, write_report
 
 RESULT = "result.json"
 POLL_S = 0.5
@@ -100,16 +100,17 @@ class Progress:
 
 
 def execute(runs: list[Run], folder: Path, jobs: int, log: Callable[[str], None], bars: bool = True
-            ) -> tuple[dict[str, dict], dict[str, str]]:
+            ) -> tuple[dict[str, dict], dict[str, str], int]:
     """Run what is not finished among `runs` (dependencies first, `jobs` at a time) -> (records by key, errors
-    by key of the runs that failed or whose dependencies did)."""
+    by key of the runs that failed or whose dependencies did, how many runs had finished before this call)."""
     keys = {r.key for r in runs}
     missing = sorted({n for r in runs for n in r.needs} - keys)
     if len(keys) != len(runs) or missing:
         raise ReproduceError(f"claim runs are inconsistent: duplicate keys or unknown dependencies {missing}")
     records = {r.key: rec for r in runs if (rec := finished(r, folder / r.key)) is not None}
-    if records:
-        log(f"[reproduce] {len(records)} of {len(runs)} runs finished before: skipped")
+    reused = len(records)
+    if reused:
+        log(f"[reproduce] {reused} of {len(runs)} runs finished before: skipped")
     pending = [r for r in runs if r.key not in records]
     errors: dict[str, str] = {}
     progress = Progress(runs, set(records), enabled=bars)
@@ -120,7 +121,7 @@ def execute(runs: list[Run], folder: Path, jobs: int, log: Callable[[str], None]
             _execute_pool(pending, folder, records, errors, progress, log, jobs)
     finally:
         progress.close()
-    return records, errors
+    return records, errors, reused
 
 
 def _ready(pending: list[Run], records: dict, errors: dict[str, str]) -> tuple[list[Run], list[Run]]:
@@ -203,8 +204,9 @@ def run_claim(claim: Claim, log: Callable[[str], None] = print, bars: bool = Tru
     notes = claim.prepare()
     runs = claim.runs()
     start, load_start = time.perf_counter(), os.getloadavg()[0]
-    records, errors = execute(runs, claim.folder, claim.settings.jobs, log, bars)
-    summary = write_report(claim, runs, records, errors, notes, time.perf_counter() - start, load_start)
+    records, errors, reused = execute(runs, claim.folder, claim.settings.jobs, log, bars)
+    timing = Timing(time.perf_counter() - start, load_start, os.getloadavg()[0], reused, len(runs))
+    summary = write_report(claim, runs, records, errors, notes, timing.or_earlier(claim.folder, records))
     log(f"[reproduce] {claim.name}: {summary['verdict']} -> {claim.folder / 'report.md'}")
     return summary
 
