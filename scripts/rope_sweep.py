@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from seqssm.tasks.recipes import read_recipe
+from seqssm.recipes import read_recipe
 
 S6_TARGETS = ("x", "B", "C", "delta")
 

@@ -28,14 +28,15 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from seqssm.arguments import ShortErrors, resolve_device
 from seqssm.errors import ConfigError
+from seqssm.recipes import RECIPE_PARSER_MODE, register_recipe_loader
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.checkpoint import load_checkpoint
-from seqssm.rl.config import EvalConfig, RunConfig, algorithm_spec, check_value
+from seqssm.rl.config import EvalConfig, FinalEvalConfig, RunConfig, algorithm_spec, check_value
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
 from seqssm.rl.runner import train
 
-SECTIONS = ("env", "agent", *ALGORITHMS, "eval")
+SECTIONS = ("env", "agent", *ALGORITHMS, "eval", "final_eval")
 RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no section -> help
     "seed": "seed of torch, the environments and the replay sampling",
     "out_dir": "where config.yaml, metrics.jsonl, best.pt, last.pt and summary.json go",
@@ -56,7 +57,8 @@ def algorithm_of(argv: list[str]) -> str:
     """The `algorithm` that a `seqssm rl` command line says (its config files in order, then --algorithm), read by
     a parser with every section untyped; "ppo" when none says it or the line does not parse (then the typed
     parser reports what is wrong)."""
-    parser = ArgumentParser(exit_on_error=False)
+    register_recipe_loader()
+    parser = ArgumentParser(exit_on_error=False, parser_mode=RECIPE_PARSER_MODE)
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_argument("--algorithm", type=str, default="ppo")
     for section in SECTIONS:
@@ -72,11 +74,14 @@ def algorithm_of(argv: list[str]) -> str:
 
 
 def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
-    """The typed `seqssm rl` parser for `algorithm`: --algorithm, --env.*, --agent.*, --<algorithm>.*, --eval.*, the run
-    options and --overwrite."""
+    """The typed `seqssm rl` parser for `algorithm`: --algorithm, --env.*, --agent.*, --<algorithm>.*, --eval.*,
+    --final_eval.*, the run options and --overwrite."""
     spec = ALGORITHMS[algorithm]
-    parser = RLParser(prog="seqssm rl", description=f"Train a recurrent agent ({algorithm}; the recipe's "
-                            "`algorithm:` chooses) on a POPGym, MemoryCorridor, Best Arm, meta-RL or control env.")
+    register_recipe_loader()
+    parser = RLParser(prog="seqssm rl", parser_mode=RECIPE_PARSER_MODE,
+                      description=f"Train a recurrent agent ({algorithm}; the recipe's `algorithm:` chooses) on a "
+                                  "POPGym, MemoryCorridor, Best Arm, meta-RL or control env; a recipe may name its "
+                                  "`_base_`.")
     parser.add_argument("--config", action=ActionConfigFile, help="a recipe, e.g. recipes/rl/<env>/<core>.yaml")
     parser.add_argument("--algorithm", type=Literal[tuple(ALGORITHMS)], default="ppo",
                         help="the RL algorithm; it sets what --agent.* and the section named like it hold")
@@ -84,6 +89,7 @@ def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
     parser.add_class_arguments(spec.agent_config, "agent")
     parser.add_class_arguments(spec.config, spec.name)
     parser.add_class_arguments(EvalConfig, "eval")
+    parser.add_class_arguments(FinalEvalConfig, "final_eval")
     types, defaults = typing.get_type_hints(RunConfig), {f.name: f.default for f in fields(RunConfig)}
     for option, help_text in RUN_OPTIONS.items():
         parser.add_argument(f"--{option}", type=types[option], default=defaults[option], help=help_text)
@@ -99,7 +105,7 @@ def rl_main(argv: list[str]) -> dict:
     spec = algorithm_spec(cfg.algorithm)
     init = parser.instantiate(cfg) if hasattr(parser, "instantiate") else parser.instantiate_classes(cfg)  # 4.49 name
     config = RunConfig(algorithm=spec.name, env=init.env, agent=init.agent, algo=init[spec.name], eval=init.eval,
-                       **{option: cfg[option] for option in RUN_OPTIONS})
+                       final_eval=init.final_eval, **{option: cfg[option] for option in RUN_OPTIONS})
     summary = train(config, overwrite=cfg.overwrite)
     evals = "".join(f", {name} return {stats['return_mean']:.3f}" for name, stats in (summary["eval"] or {}).items())
     mmer = "n/a" if summary["mmer"] is None else f"{summary['mmer']:.3f}"

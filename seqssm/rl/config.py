@@ -35,6 +35,19 @@ class EvalConfig:
 
 
 @dataclass
+class FinalEvalConfig:
+    """After training: `episodes` whole episodes (0: none) on each of `sets` (names in env.eval_sets; None: all of
+    them), greedy (deterministic) or sampled actions, every episode's return, length and info kept in the summary's
+    "final" (a bigger, fixed-seed measurement than the evaluations during training)."""
+
+    LIMITS: ClassVar[dict[str, str]] = {"episodes": ">= 0"}
+
+    episodes: int = 0
+    deterministic: bool = False
+    sets: list[str] | None = None
+
+
+@dataclass
 class RunConfig:
     """One run of `seqssm rl`: the algorithm ("ppo" or "sac", see seqssm.rl.algos.ALGORITHMS), the environment, the
     agent (that algorithm's agent config; None: its default), `algo` (the algorithm's settings, the recipe
@@ -55,6 +68,7 @@ class RunConfig:
     agent: Any = None
     algo: Any = None
     eval: EvalConfig = field(default_factory=EvalConfig)
+    final_eval: FinalEvalConfig = field(default_factory=FinalEvalConfig)
     seed: int = 0
     out_dir: str | None = "runs/rl/run"
     checkpoint_every: int = 10
@@ -84,7 +98,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as a recipe: plain values, the algorithm's settings under its name."""
         out = {"algorithm": self.algorithm, "env": asdict(self.env), "agent": asdict(self.agent),
-               self.algorithm: asdict(self.algo), "eval": asdict(self.eval)}
+               self.algorithm: asdict(self.algo), "eval": asdict(self.eval), "final_eval": asdict(self.final_eval)}
         return out | {f.name: getattr(self, f.name) for f in fields(self) if f.name not in out and f.name != "algo"}
 
     @classmethod
@@ -93,7 +107,8 @@ class RunConfig:
         data = dict(data)
         algorithm = data.pop("algorithm", "ppo")
         spec = algorithm_spec(algorithm)
-        sections = {"env": EnvConfig, "agent": spec.agent_config, algorithm: spec.config, "eval": EvalConfig}
+        sections = {"env": EnvConfig, "agent": spec.agent_config, algorithm: spec.config, "eval": EvalConfig,
+                    "final_eval": FinalEvalConfig}
         kwargs = {("algo" if key == algorithm else key): dataclass_from_dict(kind, data.pop(key, {}), key)
                   for key, kind in sections.items()}
         plain = {f.name for f in fields(cls)} - set(sections) - {"algo", "algorithm"}
@@ -163,6 +178,13 @@ def check_limits(config, section: str = "", nested: bool = True) -> None:
 def validate(config: RunConfig) -> None:
     """Check every range and cross-field rule of a run's config (raises ConfigError naming the option)."""
     check_limits(config, nested=False)
-    for section in ("env", "agent", "eval"):
+    for section in ("env", "agent", "eval", "final_eval"):
         check_limits(getattr(config, section), section)
     check_limits(config.algo, config.algorithm)
+    final, sets = config.final_eval, config.env.eval_sets
+    if final.episodes and not sets:
+        raise ConfigError("--final_eval.episodes: the final evaluation plays env.eval_sets, and there are none; "
+                          "name them (e.g. `eval_sets: {eval: {}}` for the training env) or set episodes 0")
+    unknown = sorted(set(final.sets or ()) - set(sets))
+    if unknown:
+        raise ConfigError(f"--final_eval.sets: {unknown} not in env.eval_sets ({sorted(sets)})")

@@ -127,9 +127,11 @@ class EnvLoop:
 
 
 @torch.no_grad()
-def run_episodes(policy, envs, episodes: int, deterministic: bool = False, seed: int | None = None) -> dict[str, Any]:
+def run_episodes(policy, envs, episodes: int, deterministic: bool = False, seed: int | None = None,
+                 keep: bool = False) -> dict[str, Any]:
     """Play ceil(episodes / num_envs) whole episodes in every environment of `envs` (at least `episodes` in all,
-    none favoured for being short) -> `EpisodeTracker.summary()` of them."""
+    none favoured for being short) -> `EpisodeTracker.summary()` of them; `keep`: with every episode's return,
+    length and numeric final info ("returns", "lengths", "infos")."""
     training = policy.training
     policy.eval()
     loop = EnvLoop(policy, envs, seed=seed, quota=math.ceil(episodes / envs.num_envs))
@@ -137,4 +139,9 @@ def run_episodes(policy, envs, episodes: int, deterministic: bool = False, seed:
         while (loop.episodes.count < loop.episodes.quota).any():
             loop.step(loop.act(deterministic))
     policy.train(training)
-    return loop.episodes.summary()
+    tracker = loop.episodes
+    if not keep:
+        return tracker.summary()
+    infos = [{k: float(v) for k, v in info.items() if isinstance(v, (bool, int, float, np.number, np.bool_))}
+             for info in tracker.infos]
+    return {"returns": tracker.returns, "lengths": tracker.lengths, "infos": infos, **tracker.summary()}

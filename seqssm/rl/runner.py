@@ -5,7 +5,7 @@ writes anything; then it writes to out_dir: config.yaml (the resolved config, a 
 the run), metrics.jsonl (one record per iteration: PPO's update or SAC's evaluation interval),
 best.pt (the agent at its best score: the first evaluation set's mean return when the run evaluates,
 else the mean training return), last.pt (every `checkpoint_every` iterations and at the end) and
-summary.json. A non-empty out_dir is refused unless overwrite=True; runs are not resumed.
+summary.json (with, under "final", the episodes of the final evaluation that config.final_eval asks for). A non-empty out_dir is refused unless overwrite=True; runs are not resumed.
 `run_iterations` is the loop alone, for an algorithm built by hand.
 """
 
@@ -115,14 +115,17 @@ def build(config: RunConfig):
     return config.spec.algorithm(agent, envs, config.algo, seed=config.seed)
 
 
-def evaluate_sets(agent, config: RunConfig) -> dict[str, dict]:
-    """`run_episodes` on every evaluation set of config.env (seeded apart from training) -> statistics per set."""
-    num_envs = min(config.eval.num_envs, config.eval.episodes)
+def evaluate_sets(agent, config: RunConfig, final: bool = False) -> dict[str, dict]:
+    """`run_episodes` on every evaluation set of config.env (seeded apart from training) as config.eval says ->
+    statistics per set; `final`: as config.final_eval says, every episode kept."""
+    how = config.final_eval if final else config.eval
+    names = config.final_eval.sets if final and config.final_eval.sets is not None else list(config.env.eval_sets)
+    num_envs = min(config.eval.num_envs, how.episodes)
     results = {}
-    for name, overrides in config.env.eval_sets.items():
-        envs = make_vector_env(config.env, num_envs, overrides)
-        results[name] = run_episodes(agent, envs, config.eval.episodes, config.eval.deterministic,
-                                     seed=EVAL_SEED + config.seed)
+    for name in names:
+        envs = make_vector_env(config.env, num_envs, config.env.eval_sets[name])
+        results[name] = run_episodes(agent, envs, how.episodes, how.deterministic, seed=EVAL_SEED + config.seed,
+                                     keep=final)
         envs.close()
     return results
 
@@ -185,6 +188,11 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
     summary = run_iterations(algo, config.eval.every, evaluate_fn, config.target_return, config.time_limit_s,
                              on_record)
     algo.envs.close()
+    if config.final_eval.episodes:
+        summary["final"] = evaluate_sets(agent, config, final=True)
+        if log is not None:
+            for name, stats in summary["final"].items():
+                log(f"final {name}: return {stats['return_mean']:.3f} over {stats['episodes']} episodes")
     summary.update(algorithm=config.algorithm, env=config.env.name, memory=config.agent.memory, seed=config.seed,
                    device=str(next(agent.parameters()).device), parameters=sum(p.numel() for p in agent.parameters() if p.requires_grad))
     if out is not None:

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import yaml
 
 from seqssm.errors import StudyError
-from seqssm.tasks.recipes import merge, read_recipe
+from seqssm.recipes import merge, read_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "species"
 RESULT = "result.json"

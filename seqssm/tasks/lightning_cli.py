@@ -25,7 +25,7 @@ from ..data import SeqDataModule
 from .base import SequenceTask
 from .checkpoint import TaskCheckpoint
 from .logs import CSVLogger
-from .recipes import RECIPE_PARSER_MODE, register_recipe_loader
+from seqssm.recipes import RECIPE_PARSER_MODE, register_recipe_loader
 from .resume import ResumableTrainData
 
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id", "max_length")
@@ -39,7 +39,7 @@ class SeqssmParser(ShortErrors, LightningArgumentParser):
 
 class SeqssmCLI(LightningCLI):
     """LightningCLI with data-to-model dimension links, task-aware checkpoints, safe checkpoint loading and
-    recipes that name their base (`seqssm.tasks.recipes`)."""
+    recipes that name their base (`seqssm.recipes`)."""
 
     def init_parser(self, **kwargs: Any):
         register_recipe_loader()

@@ -13,9 +13,15 @@ import yaml
 from seqssm.cli import main as seqssm_main
 from seqssm.rl.cli import algorithm_of, main, rl_parser
 from seqssm.rl.config import RunConfig, validate
+from seqssm.recipes import read_recipe
 from seqssm.rl.runner import check_env
 
 RECIPES = sorted(Path("recipes/rl").rglob("*.yaml"))
+# the arms of the RL reproductions, each `_base_: base.yaml`; mlp.yaml's `layer: none` is the reproduce worker's own
+# memoryless core (seqssm.study.reproduce.work.Memoryless), not a `seqssm rl` layer
+REPRODUCE_ARMS = sorted(p for claim in ("repeat-previous", "memory-corridor", "best-arm", "memory-length")
+                        for p in Path("recipes/reproduce", claim).glob("*.yaml")
+                        if p.name not in ("base.yaml", "smoke.yaml", "sweep.yaml", "mlp.yaml"))
 TINY_PPO = ["--ppo.total_steps", "512", "--ppo.num_envs", "4", "--ppo.unroll", "64", "--ppo.minibatches", "2",
             "--ppo.epochs", "1", "--agent.core.d_model", "8", "--agent.core.d_state", "4", "--agent.encoder", "[8]",
             "--agent.actor", "[8]", "--agent.critic", "[8]"]
@@ -32,6 +38,21 @@ def test_every_recipe_says_its_algorithm_and_parses(recipe):
     parser = rl_parser(algorithm)
     init = parser.instantiate(parser.parse_args(["--config", str(recipe)]))
     config = RunConfig(algorithm=algorithm, env=init.env, agent=init.agent, algo=init[algorithm], eval=init.eval)
+    validate(config)
+    check_env(config)
+
+
+@pytest.mark.parametrize("recipe", REPRODUCE_ARMS, ids=str)
+def test_reproduction_arms_run_by_hand_with_their_base_and_final_evaluation(recipe):
+    settings = read_recipe(recipe)
+    algorithm = settings["algorithm"]
+    assert algorithm_of(["--config", str(recipe)]) == algorithm  # the base says it
+    parser = rl_parser(algorithm)
+    init = parser.instantiate(parser.parse_args(["--config", str(recipe)]))
+    config = RunConfig(algorithm=algorithm, env=init.env, agent=init.agent, algo=init[algorithm], eval=init.eval,
+                       final_eval=init.final_eval)
+    final_eval = config.to_dict()["final_eval"]
+    assert {key: final_eval[key] for key in settings.get("final_eval", {})} == settings.get("final_eval", {})
     validate(config)
     check_env(config)
 
@@ -61,6 +82,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--env.name", "RepeatFirstEsy"],
      "--env.name: unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"),
     (["--env.kwargs", "{doors: 3}"], "--env: "),
+    (["--env.eval_sets", "{}", "--final_eval.episodes", "4"], "--final_eval.episodes: the final evaluation plays env.eval_sets, and there are"),
+    (["--final_eval.episodes", "-1"], "--final_eval.episodes = -1 is out of range: must be >= 0"),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):
     code, err = run_cli(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", "--out_dir", str(tmp_path / "r"),
@@ -76,6 +99,8 @@ def test_bad_sac_and_eval_options_are_one_line_with_exit_code_2(capsys, tmp_path
     assert code == 2 and "--episodes = 0 is out of range: must be >= 1" in err
     code, err = run_cli(["rl-eval", "recipes/rl/sac/best_arm/kalman.yaml"], capsys)
     assert code == 2 and "unreadable" in err and "weights_only" not in err
+    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--final_eval.sets", "[odd]"], capsys)
+    assert code == 2 and "--final_eval.sets: ['odd'] not in env.eval_sets (['in_dist', 'ood'])" in err
     code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--algorithm", "dqn"], capsys)
     assert code == 2 and "algorithm" in err  # the parser's own message
 
@@ -117,8 +142,13 @@ def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
                     "--agent.encoder.d_model", "8", "--agent.encoder.d_state", "8", "--agent.actor", "[16]",
                     "--agent.critic", "[16]", "--env.kwargs", "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64",
                     "--sac.num_envs", "4", "--sac.batch_size", "4", "--sac.context", "8", "--sac.learning_starts", "16",
-                    "--eval.every", "32", "--eval.episodes", "4", "--out_dir", str(out)])
+                    "--eval.every", "32", "--eval.episodes", "4", "--final_eval.episodes", "6",
+                    "--final_eval.sets", "[ood]", "--out_dir", str(out)])
     assert summary["memory"] == "vssm" and summary["steps"] == 64 and summary["algorithm"] == "sac"
+    final = json.loads((out / "summary.json").read_text())["final"]  # every episode of the final evaluation kept
+    assert set(final) == {"ood"} and final["ood"]["episodes"] == len(final["ood"]["returns"]) >= 6
+    assert final["ood"]["return_mean"] == pytest.approx(sum(final["ood"]["returns"]) / len(final["ood"]["returns"]))
+    assert len(final["ood"]["lengths"]) == len(final["ood"]["infos"]) == final["ood"]["episodes"]
     assert set(summary["eval"]) == {"in_dist", "ood"} and 0.0 <= summary["eval"]["ood"]["win"] <= 1.0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["steps"] for r in records] == [32, 64] and all(set(r["eval"]) == {"in_dist", "ood"} for r in records)

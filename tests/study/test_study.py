@@ -14,7 +14,7 @@ from seqssm.models import SequenceModel
 from seqssm.study import species as study
 from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
 from seqssm.tasks import Classification, MaskedLM, NextTokenPrediction
-from seqssm.tasks.recipes import read_recipe
+from seqssm.recipes import read_recipe
 
 RECIPES = Path(__file__).parents[2] / "recipes" / "species"
 TINY = Preset(

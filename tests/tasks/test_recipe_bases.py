@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from seqssm.cli import make_cli
-from seqssm.tasks.recipes import RecipeError, merge, read_recipe
+from seqssm.recipes import RecipeError, merge, read_recipe
 
 REPO = Path(__file__).parents[2]
 

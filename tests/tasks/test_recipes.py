@@ -8,7 +8,7 @@ import torch
 from seqssm.cli import make_cli
 from seqssm.data import CharVocabulary, IMDBDataModule
 from seqssm.tasks import SequenceTask
-from seqssm.tasks.recipes import read_recipe
+from seqssm.recipes import read_recipe
 
 REPO = Path(__file__).parents[2]
 # LightningCLI recipes of the training studies; recipes/rl (seqssm rl) and recipes/finetune (an imported

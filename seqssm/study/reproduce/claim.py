@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from seqssm.errors import ReproduceError
-from seqssm.tasks.recipes import merge, read_recipe
+from seqssm.recipes import merge, read_recipe
 
 from .stats import RELATIONS
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
-# per claim folder: with --smoke, its `run:` section is merged into every run's config and its `prepare:` section
-# into the claim's data settings, for a seconds-long run
+# per claim folder: with --smoke, its `run:` section is merged into every run's config, its `prepare:` section
+# into the claim's data settings and its `sweep:` section into the swept values, for a seconds-long run
 SMOKE_RECIPE = "smoke.yaml"
 
 
@@ -125,8 +125,8 @@ class Claim:
 
     # -- recipes -----------------------------------------------------------------------------------------------
     def recipe(self, name: str, part: str = "run") -> dict:
-        """recipes/reproduce/<claim>/<name> with its bases merged, and when smoke-testing the `part` section ("run"
-        or "prepare") of the claim's smoke.yaml merged in."""
+        """recipes/reproduce/<claim>/<name> with its bases merged, and when smoke-testing the `part` section ("run",
+        "prepare" or "sweep") of the claim's smoke.yaml merged in."""
         return self.smoked(self.read(name), part)
 
     def read(self, name: str) -> dict:

@@ -48,7 +48,7 @@ class ListOpsClaim(Claim):
         return prepare_listops(self.data_settings(), self.data_folder())
 
     def runs(self) -> list[Run]:
-        from seqssm.tasks.recipes import merge
+        from seqssm.recipes import merge
 
         runs = []
         for arm in self.arms:

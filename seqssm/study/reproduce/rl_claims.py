@@ -21,7 +21,7 @@ KALMAN = ("\"Uncertainty Representations in State-Space Layers for Deep Reinforc
 
 class RLClaim(Claim):
     """Runs every arm's recipe (recipes/reproduce/<claim>/<arm>.yaml) at every seed and, if `sweep` names an env
-    kwarg, at every value of it (the recipe's `sweep_values`); training steps scaled by the budget."""
+    kwarg, at every value of it (`sweep_values`); training steps scaled by the budget."""
 
     recipes_of: dict[str, str] = {}  # arm -> recipe file
     sweep: str | None = None  # env kwarg swept (e.g. memory_length), its values from the base recipe
@@ -37,15 +37,14 @@ class RLClaim(Claim):
         return []
 
     def sweep_values(self) -> list:
-        """The swept values (the base recipe's `reproduce_sweep` list); [None] without a sweep."""
+        """The swept values (sweep.yaml's list named like the kwarg); [None] without a sweep."""
         if self.sweep is None:
             return [None]
-        return list(self.recipe("base.yaml")["reproduce_sweep"])
+        return list(self.recipe("sweep.yaml", "sweep")[self.sweep])
 
     def config(self, arm: str, seed: int, value) -> dict:
-        """The `seqssm rl` config of one run (plus final_eval for the worker)."""
+        """The `seqssm rl` config of one run."""
         config = self.recipe(self.recipes_of[arm])
-        config.pop("reproduce_sweep", None)
         algo = config["algorithm"]
         section = config[algo]
         multiple = section["num_envs"] * (section["unroll"] if algo == "ppo" else 1)

@@ -136,7 +136,7 @@ class SpeciesPretraining(Claim):
     # -- runs ------------------------------------------------------------------------------------------------------
     def fit_config(self, recipe: str, seed: int, key: str, **init) -> tuple[dict, int]:
         """(the fit config of `recipe` at `seed` on the genomes, its steps), validated `validations` times."""
-        from seqssm.tasks.recipes import merge
+        from seqssm.recipes import merge
 
         config = self.smoked(merge(self.read(recipe), self.read(SCALE_RECIPE)))
         validations = config.pop("validations")

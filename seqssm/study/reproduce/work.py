@@ -15,7 +15,6 @@ from typing import Any, Callable
 from unittest import mock
 
 import lightning as L
-import numpy as np
 import torch
 import yaml
 from torch import nn
@@ -56,7 +55,7 @@ def fit(run_dir: Path, config: dict, progress: Progress) -> dict:
     curve, wall-clock and parameter count. An interrupted earlier attempt's checkpoints are deleted first."""
     from seqssm.study.callbacks import TrainClock
     from seqssm.tasks.lightning_cli import make_cli
-    from seqssm.tasks.recipes import merge
+    from seqssm.recipes import merge
 
     config = merge(config, {"trainer": {"default_root_dir": str(run_dir), "enable_progress_bar": False,
                                         "enable_model_summary": False, "num_sanity_val_steps": 0}})
@@ -134,38 +133,11 @@ def build_algorithm(config):
     return config.spec.algorithm(agent, envs, config.algo, seed=config.seed)
 
 
-@torch.no_grad()
-def play(agent, config, overrides: dict | None, episodes: int, deterministic: bool, seed: int) -> dict:
-    """Play `episodes` whole episodes (an equal number per environment, as `run_episodes`) -> every episode's return,
-    length and final info, and the summary."""
-    from seqssm.layers import frozen_weights
-    from seqssm.rl.env_loop import EnvLoop
-    from seqssm.rl.envs import make_vector_env
-
-    num_envs = min(config.eval.num_envs, episodes)
-    envs = make_vector_env(config.env, num_envs, overrides)
-    training = agent.training
-    agent.eval()
-    loop = EnvLoop(agent, envs, seed=seed, quota=math.ceil(episodes / num_envs))
-    with frozen_weights():
-        while (loop.episodes.count < loop.episodes.quota).any():
-            loop.step(loop.act(deterministic))
-    agent.train(training)
-    envs.close()
-    tracker = loop.episodes
-    infos = [{k: float(v) for k, v in info.items() if isinstance(v, (bool, int, float, np.number, np.bool_))}
-             for info in tracker.infos]
-    return {"returns": tracker.returns, "lengths": tracker.lengths, "infos": infos, **tracker.summary()}
-
-
 def rl(run_dir: Path, config: dict, progress: Progress) -> dict:
-    """Train a `seqssm rl` config (plus `final_eval: {episodes, deterministic, sets}`: episodes played after
-    training on the listed eval_sets, every episode kept) -> summary, curve, timing, final evaluation."""
-    from seqssm.rl.config import EVAL_SEED, RunConfig, validate
+    """Train a `seqssm rl` config -> summary, curve, timing and the final evaluation (its `final_eval`)."""
+    from seqssm.rl.config import RunConfig, validate
     from seqssm.rl.runner import check_env, evaluate_sets, run_iterations
 
-    config = dict(config)
-    final_eval = config.pop("final_eval", None)
     run_config = RunConfig.from_dict({**config, "out_dir": None})
     validate(run_config)
     check_env(run_config)
@@ -184,12 +156,7 @@ def rl(run_dir: Path, config: dict, progress: Progress) -> dict:
         summary = run_iterations(algo, run_config.eval.every, evaluate_fn, run_config.target_return,
                                  run_config.time_limit_s, on_record)
         algo.envs.close()
-        final = {}
-        if final_eval:
-            sets = run_config.env.eval_sets
-            for name in final_eval.get("sets", list(sets)):
-                final[name] = play(agent, run_config, sets.get(name), final_eval["episodes"],
-                                   final_eval.get("deterministic", False), EVAL_SEED + run_config.seed)
+        final = evaluate_sets(agent, run_config, final=True) if run_config.final_eval.episodes else {}
     finally:
         torch.set_num_threads(threads)
     summary.pop("last", None)
