@@ -5,7 +5,8 @@ writes anything; then it writes to out_dir: config.yaml (the resolved config, a 
 the run), metrics.jsonl (one record per iteration: PPO's update or SAC's evaluation interval),
 best.pt (the agent at its best score: the first evaluation set's mean return when the run evaluates,
 else the mean training return), last.pt (every `checkpoint_every` iterations and at the end) and
-summary.json (with, under "final", the episodes of the final evaluation that config.final_eval asks for). A non-empty out_dir is refused unless overwrite=True; runs are not resumed.
+summary.json (with, under "final", the episodes of the final evaluation that config.final_eval asks for).
+A non-empty out_dir is refused unless overwrite=True; runs are not resumed.
 `run_iterations` is the loop alone, for an algorithm built by hand.
 """
 

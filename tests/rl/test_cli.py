@@ -82,7 +82,8 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--env.name", "RepeatFirstEsy"],
      "--env.name: unknown environment 'RepeatFirstEsy'; did you mean RepeatFirstEasy"),
     (["--env.kwargs", "{doors: 3}"], "--env: "),
-    (["--env.eval_sets", "{}", "--final_eval.episodes", "4"], "--final_eval.episodes: the final evaluation plays env.eval_sets, and there are"),
+    (["--env.eval_sets", "{}", "--final_eval.episodes", "4"],
+     "--final_eval.episodes: the final evaluation plays env.eval_sets, and there are"),
     (["--final_eval.episodes", "-1"], "--final_eval.episodes = -1 is out of range: must be >= 0"),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):

@@ -53,13 +53,6 @@ class Timing:
                     f"{minutes} in the call that ran {ran}; {rebuilt}")
         return f"{minutes} in all" if not self.reused else f"{minutes} in this call, which ran {ran}"
 
-    @staticmethod
-    def of(summary: dict) -> Timing:
-        """The timing a results.json summary records."""
-        s = summary["settings"]
-        return Timing(summary["elapsed_s"], s["load_start"], s["load_end"], summary.get("reused_runs", 0),
-                      len(summary["runs"]) + len(summary["failed"]), summary.get("timing_from_earlier_call", False))
-
 
 def require_matplotlib() -> None:
     """Raise SystemExit with the install command unless matplotlib can be imported (the figures need it)."""
@@ -141,13 +134,13 @@ def table(claim: Claim, m: Measurements, walls: dict[str, list[float]]) -> list[
     return lines
 
 
-def markdown(claim: Claim, summary: dict, figures: list[Path], m: Measurements, walls: dict) -> str:
+def markdown(claim: Claim, summary: dict, timing: Timing, figures: list[Path], m: Measurements, walls: dict) -> str:
     """The claim's report.md."""
     s = summary["settings"]
     budget = "smoke sizes (smoke.yaml)" if s["smoke"] else f"{s['budget']:g} x the recipes' steps"
     lines = [f"## {claim.title}", "", f"Source: {claim.source}.", "", f"Claim: {claim.claim}", "",
              f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), {s['jobs']} runs side by "
-             f"side; {Timing.of(summary).phrase()} on {s['cpus']} CPUs, load average "
+             f"side; {timing.phrase()} on {s['cpus']} CPUs, load average "
              f"{s['load_start']:.1f} at the start and {s['load_end']:.1f} at the end.", ""]
     lines += [f"- {note}" for note in summary["prepare_notes"]]
     lines += ["", "Mean ± standard error over seeds:", "", *table(claim, m, walls), ""]
@@ -196,7 +189,7 @@ def write_report(claim: Claim, runs: list[Run], records: dict[str, dict], errors
     }
     figures = claim.plot(m, claim.folder) if m.values else []
     (claim.folder / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
-    (claim.folder / REPORT).write_text(markdown(claim, summary, figures, m, walls))
+    (claim.folder / REPORT).write_text(markdown(claim, summary, timing, figures, m, walls))
     return summary
 
 

@@ -24,7 +24,7 @@ class RLClaim(Claim):
     kwarg, at every value of it (`sweep_values`); training steps scaled by the budget."""
 
     recipes_of: dict[str, str] = {}  # arm -> recipe file
-    sweep: str | None = None  # env kwarg swept (e.g. memory_length), its values from the base recipe
+    sweep: str | None = None  # env kwarg swept (e.g. memory_length), its values in sweep.yaml
 
     def prepare(self) -> list[str]:
         """Check that the RL extra is installed (before any run starts)."""
