@@ -22,15 +22,20 @@ from seqssm.ops.backend import triton_interpreting
 from seqssm.ops.selective import _finish, _groups
 
 # Time steps per chunk. The selective scan keeps one float32 (batch, dim, N) state per chunk for the
-# backward pass, N * 4 / 32 bytes per element of u: as much as a float16 u for N = 16. The scans inside
-# a chunk are log-depth, so a chunk is as long as the register tiles (BLOCK_D x N x chunk) allow.
+# backward pass, N * 4 / 64 bytes per element of u: as much as a float16 u for N = 32. Scans inside a
+# chunk are log-depth along the time axis of (channels, time) tiles; the state index is a loop, so a
+# chunk's registers do not depend on N.
 LINEAR_CHUNK = 32
-SELECTIVE_CHUNK = 32
+SELECTIVE_CHUNK = 64
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
-# Channel blocks tried by the selective scan's autotuner (compiled kernels): each program holds
-# BLOCK_D x N x SELECTIVE_CHUNK tiles in registers, several of them in the backward pass.
-_SELECTIVE_CONFIGS = [(2, 2), (4, 4), (8, 4), (8, 8), (16, 8)]
+# (BLOCK_D, num_warps) tried by the selective scan's autotuner (compiled kernels): a program holds
+# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * 64 / (32 * num_warps) elements of each per thread, about
+# twenty of them live in the backward pass. docs/gpu.md has every config's registers and spills.
+SELECTIVE_CONFIGS = [(4, 2), (8, 4), (16, 4), (16, 8), (32, 8)]
+# The offsets inside one tile are 32-bit (chunk starts are 64-bit): the launchers refuse strides whose
+# tile would reach past this.
+_INT32_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=2)
@@ -45,13 +50,13 @@ def _kernels(interpret: bool):
         triton.knobs.runtime.interpret = interpret
         spec.loader.exec_module(module)
     if not interpret:
-        configs = [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in _SELECTIVE_CONFIGS]
-        module.selective_scan_fwd = triton.autotune(configs, key=["e", "n_state", "B_VARIABLE", "C_VARIABLE"])(
-            module.selective_scan_fwd
+        configs = [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in SELECTIVE_CONFIGS]
+        # The best block depends on how many programs there are (rows x channels) and how long each walks.
+        key = ["tune_rows", "e", "n_state", "tune_length", "B_VARIABLE", "C_VARIABLE"]
+        module.selective_scan_fwd = triton.autotune(configs, key=key)(module.selective_scan_fwd)
+        module.selective_scan_bwd = triton.autotune(configs, key=key, reset_to_zero=["gB_ptr", "gC_ptr"])(
+            module.selective_scan_bwd
         )
-        module.selective_scan_bwd = triton.autotune(
-            configs, key=["e", "n_state", "B_VARIABLE", "C_VARIABLE"], reset_to_zero=["gB_ptr", "gC_ptr"]
-        )(module.selective_scan_bwd)
     return module
 
 
@@ -67,6 +72,16 @@ def _acc(dtype: torch.dtype):
 
 def _real(x: torch.Tensor | None) -> torch.Tensor | None:
     return torch.view_as_real(x) if x is not None and x.is_complex() else x
+
+
+def _check_tile_offsets(op: str, **extents: int) -> None:
+    """Each extent is the largest 32-bit offset a tile of that tensor reaches from its chunk's start."""
+    for name, extent in extents.items():
+        if extent > _INT32_MAX:
+            raise ValueError(
+                f"{op}: the strides of {name} put one tile of the Triton kernel {extent} elements wide, past "
+                f"32-bit offsets; make {name} contiguous along time or use backend='torch'"
+            )
 
 
 # ----------------------------------------------------------------------------------- linear scan
@@ -101,7 +116,12 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
     r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
     block_f = min(_LINEAR_BLOCK_F, triton.next_power_of_2(feat))
-    grid = (batch, triton.cdiv(feat, block_f))
+    n_fblocks = triton.cdiv(feat, block_f)
+    grid = (batch * n_fblocks,)
+    _check_tile_offsets("linear_scan", **{
+        name: (LINEAR_CHUNK + 1) * abs(x.stride(1)) + feat * abs(x.stride(2)) + 1
+        for name, x in (("a", a_r), ("b", _real(b)), ("h", h_r))
+    })
     flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None,
                  BLOCK_T=LINEAR_CHUNK, BLOCK_F=block_f, ACC=_acc(b.dtype))
     # An input stands for absent optional tensors (never read; an output there could be overwritten by the
@@ -111,7 +131,7 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         b_r = _real(b)
         kernels.linear_scan_fwd[grid](
             a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
-            length, feat, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides,
+            length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides,
             **flags,
         )
     else:
@@ -119,7 +139,7 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         kernels.linear_scan_bwd[grid](
             a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r, gb_r,
             _real(grad_h0) if grad_h0 is not None else dummy,
-            length, feat, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags,
+            length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags,
         )
 
 
@@ -163,42 +183,37 @@ class _SelectiveScanTriton(torch.autograd.Function):
         y, last, starts = _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts=True)
         ctx.save_for_backward(u, delta, A, B, C, delta_bias, resets, starts)
         ctx.softplus, ctx.has_h0 = softplus, h0 is not None
+        # An unused last state then reaches backward as None, and the kernel skips its gradient.
+        ctx.set_materialize_grads(False)
         return y, last
 
     @staticmethod
     def backward(ctx, grad_y, grad_last):
         u, delta, A, B, C, delta_bias, resets, starts = ctx.saved_tensors
-        kernels, interpret = _for(u.device)
         batch, dim, length = u.shape
         n = A.shape[1]
         groups = _groups(B, C)
         compute = starts.dtype
-        b_var, b_strides = _bc_layout(B)
-        c_var, c_strides = _bc_layout(C)
         # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
-        grad_y = grad_y.to(compute).contiguous()
+        grad_y = (grad_y.to(compute).contiguous() if grad_y is not None
+                  else starts.new_zeros(batch, dim, length))
         grad_last = grad_last.to(compute).contiguous() if grad_last is not None else None
         grad_u = torch.empty(batch, dim, length, dtype=compute, device=u.device)
         grad_delta = torch.empty_like(grad_u)
         per_row = (batch, dim, n)
         grad_A, grad_h0 = starts.new_empty(per_row), starts.new_empty(per_row)
         grad_B, grad_C = (
-            starts.new_zeros(batch, groups, n, length) if var else starts.new_empty(per_row)
-            for var in (b_var, c_var)
+            starts.new_zeros(batch, groups, n, length) if M.ndim > 2 else starts.new_empty(per_row) for M in (B, C)
         )
-        grid, launch = _selective_grid(interpret, batch, groups, dim // groups, n, compute)
+        kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, ctx.softplus)
         kernels.selective_scan_bwd[grid](
             u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
             starts, grad_y, grad_last if grad_last is not None else starts,
             grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0,
-            dim, dim // groups, length, n, groups,
-            *u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides,
-            *(resets.stride() if resets is not None else (0, 0)),
-            B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=ctx.softplus,
-            HAS_RESETS=resets is not None, HAS_GLAST=grad_last is not None, **launch,
+            *sizes, *strides, HAS_GLAST=grad_last is not None, **flags,
         )
         grad_B, grad_C = (
-            (g.view(M.shape) if var else g.sum(0)).to(M.dtype) for g, var, M in ((grad_B, b_var, B), (grad_C, c_var, C))
+            (g.view(M.shape) if M.ndim > 2 else g.sum(0)).to(M.dtype) for g, M in ((grad_B, B), (grad_C, C))
         )
         grad_bias = grad_delta.sum((0, 2)).to(delta_bias.dtype) if delta_bias is not None else None
         return (
@@ -207,41 +222,54 @@ class _SelectiveScanTriton(torch.autograd.Function):
         )
 
 
-def _selective_grid(interpret, batch, groups, e, n, compute):
-    """(grid, launch keywords): the autotuner picks BLOCK_D for compiled kernels; the interpreter gets a
-    small fixed block, its cost being per element of the tiles."""
-    launch = dict(BLOCK_N=triton.next_power_of_2(n), BLOCK_T=SELECTIVE_CHUNK, ACC=_acc(compute))
-    if not interpret:
-        grid = lambda meta: (batch, groups, triton.cdiv(e, meta["BLOCK_D"]))  # noqa: E731
-    else:
-        block_d = min(4, triton.next_power_of_2(e))
-        launch["BLOCK_D"] = block_d
-        grid = (batch, groups, triton.cdiv(e, block_d))
-    return grid, launch
-
-
-def _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts):
+def _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus):
+    """What both selective kernels take: (kernels, grid, sizes, strides, constexpr flags). The autotuner
+    picks BLOCK_D for compiled kernels; the interpreter gets a small fixed block, its cost being per
+    element of the tiles."""
     kernels, interpret = _for(u.device)
     batch, dim, length = u.shape
     n = A.shape[1]
     groups = _groups(B, C)
-    compute = torch.promote_types(u.dtype, torch.float32)
+    e = dim // groups
     b_var, b_strides = _bc_layout(B)
     c_var, c_strides = _bc_layout(C)
+    compute = torch.promote_types(u.dtype, torch.float32)
+    flags = dict(B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
+                 HAS_RESETS=resets is not None, BLOCK_N=triton.next_power_of_2(n), BLOCK_T=SELECTIVE_CHUNK,
+                 ACC=_acc(compute))
+    if interpret:
+        flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
+        grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
+    else:
+        grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
+    block_d = max(d for d, _ in SELECTIVE_CONFIGS)
+    steps = SELECTIVE_CHUNK + 1  # the backward reads Δ and resets one step past the chunk
+    _check_tile_offsets("selective_scan", **{
+        "u": block_d * abs(u.stride(1)) + steps * abs(u.stride(2)),
+        "delta": block_d * abs(delta.stride(1)) + steps * abs(delta.stride(2)),
+        "y and its gradient (batch, dim, L)": block_d * length + steps,
+    })
+    r_strides = resets.stride() if resets is not None else (0, 0)
+    # tune_rows and tune_length key the autotuner: rows of programs, and L to the next power of two.
+    sizes = (dim, e, length, n, batch * groups, triton.next_power_of_2(length))
+    strides = (*u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides, *r_strides)
+    return kernels, grid, sizes, strides, flags
+
+
+def _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts):
+    batch, dim, length = u.shape
+    n = A.shape[1]
+    compute = torch.promote_types(u.dtype, torch.float32)
     y = torch.empty(batch, dim, length, dtype=compute, device=u.device)
     last = torch.empty(batch, dim, n, dtype=compute, device=u.device)
     chunks = triton.cdiv(length, SELECTIVE_CHUNK)
     starts = torch.empty(batch, chunks if store_starts else 0, dim, n, dtype=compute, device=u.device)
     h0 = h0.to(compute).contiguous() if h0 is not None else None
-    grid, launch = _selective_grid(interpret, batch, groups, dim // groups, n, compute)
+    kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus)
     kernels.selective_scan_fwd[grid](
         u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
         h0 if h0 is not None else u, y, starts, last,
-        dim, dim // groups, length, n,
-        *u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides,
-        *(resets.stride() if resets is not None else (0, 0)),
-        B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
-        HAS_RESETS=resets is not None, HAS_H0=h0 is not None, STORE_STARTS=store_starts, **launch,
+        *sizes, *strides, HAS_H0=h0 is not None, STORE_STARTS=store_starts, **flags,
     )
     return y, last, starts
 
