@@ -215,14 +215,16 @@ def linear_scan_bwd(
 
 @triton.jit
 def _program(dim, e, BLOCK_D: tl.constexpr):
-    # (batch row (int64), group, first channel d0, channel offsets (BLOCK_D,) from d0, their mask).
+    # (batch row, group, first channel d0 (both int64: they scale strides as large as L), channels d,
+    # offsets from d0 (BLOCK_D,), their mask).
     pid = tl.program_id(0)
     n_dblocks = (e + BLOCK_D - 1) // BLOCK_D
     block = pid % n_dblocks
     rest = pid // n_dblocks
     groups = dim // e
     offs_d = tl.arange(0, BLOCK_D)
-    return (rest // groups).to(tl.int64), rest % groups, (rest % groups) * e + block * BLOCK_D, offs_d, \
+    d0 = (rest % groups) * e + block * BLOCK_D
+    return tl.cast(rest // groups, tl.int64), rest % groups, tl.cast(d0, tl.int64), d0 + offs_d, offs_d, \
         block * BLOCK_D + offs_d < e
 
 
@@ -289,8 +291,7 @@ def selective_scan_fwd(
 ):
     """y (batch, dim, L), the last state and, with STORE_STARTS, the state entering every chunk (batch,
     chunks, dim, N). tune_rows and tune_length are read by the autotuner's key only."""
-    pid_b, pid_g, d0, offs_d, mask_d = _program(dim, e, BLOCK_D)
-    d = d0 + offs_d
+    pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask_dn = mask_d[:, None] & (cols < n_state)
     state_tile = offs_d[:, None] * n_state + cols
@@ -313,7 +314,7 @@ def selective_scan_fwd(
         dtu = dt * u
         y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)
         for n in range(n_state):
-            dA, _ = _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS, ACC)
+            dA, A_n = _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS, ACC)
             Bn = _bc_column(B_ptr, pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d,
                             mask_t, B_VARIABLE, BLOCK_D, BLOCK_T, ACC)
             prod, hs = tl.associative_scan((dA, dtu * Bn), axis=1, combine_fn=_affine)
@@ -329,36 +330,30 @@ def selective_scan_fwd(
 
 @triton.jit
 def selective_scan_bwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, starts_ptr, gy_ptr, glast_ptr,
-    gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gh0_ptr,
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, starts_ptr, gy_ptr,
+    gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gh_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Ad, s_An,
     s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_RESETS: tl.constexpr, HAS_GLAST: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr,
+    HAS_RESETS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr,
 ):
     """Walk the chunks backwards; per state n, recompute the chunk's states from its stored start, then the
     adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1} by a reverse scan over the time axis of the 2-D tile. With
     x = g_t dA_t h_{t-1} = g_t (h_t - ΔBu_t): grad A = Σ x Δ, grad Δ = Σ_n x A + u Σ_n g B,
-    grad u = Δ Σ_n g B, grad B = Σ_d g Δ u, grad C = Σ_d gy h. Variable B, C gradients are
-    (batch, groups, N, L) sums over channel blocks (atomic adds); grad A and invariant B, C gradients are
-    per batch row (batch, dim, N), summed by the caller."""
-    pid_b, pid_g, d0, offs_d, mask_d = _program(dim, e, BLOCK_D)
-    d = d0 + offs_d
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask_dn = mask_d[:, None] & (cols < n_state)
-    state_tile = offs_d[:, None] * n_state + cols
-    row_state = (pid_b * dim + d0) * n_state
+    grad u = Δ Σ_n g B, grad B = Σ_d g Δ u, grad C = Σ_d gy h.
+
+    Per-state values that outlive a chunk live in the (batch, dim, N) outputs, not in registers: gh holds
+    the adjoint of the state at the end of the current chunk (the caller fills it with the last state's
+    gradient or zeros; it ends as grad h0), gA and invariant gB, gC (zeroed by the caller) accumulate.
+    Each slot belongs to one program; a barrier between reading and writing it orders its threads.
+    Variable B, C gradients are (batch, groups, N, L) sums over channel blocks (atomic adds); grad A and
+    invariant B, C gradients are per batch row, summed by the caller."""
+    pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
+    slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
     bias = tl.full([BLOCK_D], 0.0, ACC)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(ACC)
-    carry = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)  # adjoint of the state at the end of the current chunk
-    if HAS_GLAST:
-        carry = tl.load(glast_ptr + row_state + state_tile, mask=mask_dn, other=0.0).to(ACC)
-    gA = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
-    gB_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
-    gC_inv = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     rows = tl.arange(0, BLOCK_T)
     for i in range(n_chunks):
@@ -371,52 +366,74 @@ def selective_scan_bwd(
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         # Δ and resets one step later inside the chunk; Δ = 0 (so dA_{t+1} = 1) in the last row and past the
         # end, where the carry enters.
-        _, dt_next, _, reset_next = _chunk_inputs(
+        u_next, dt_next, raw_next, reset_next = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length), length,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         out_off = (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :]
         gy = tl.load(gy_ptr + out_off, mask=mask_dt, other=0.0).to(ACC)
         dtu = dt * u
+        # dA at the chunk's first step is exp(Δ_0 A_n), 0 after a reset there: it passes the adjoint on to the
+        # chunk before, and holding Δ_0 costs less than holding dA through the reverse scan.
+        dt0 = _row(dt, rows[None, :], 0, 1)
+        keep0 = 1.0
+        if HAS_RESETS:
+            keep0 = 1.0 - _sum(tl.where((rows == 0) & reset, 1.0, 0.0), axis=0)
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
         gdt = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n x A
         bc_off = ((pid_b * (dim // e) + pid_g) * n_state) * length + t0
+        # The last chunk's writes to the slots are seen by every thread before they are read again.
+        tl.debug_barrier()
+        # Each value is used as soon as it exists, so that few tiles are live at once (registers, not
+        # arithmetic, bound this kernel). Past the end Δ = 0, so no masking of g is needed: every term it
+        # enters there is multiplied by Δ, by gy (0) or stored under the mask.
         for n in range(n_state):
+            carry = tl.load(gh_ptr + slots + n, mask=mask_d, other=0.0)
             dA, A_n = _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS, ACC)
-            dA_next, _ = _discretize(dt_next, A_ptr, d, n, s_Ad, s_An, mask_d, reset_next, HAS_RESETS, ACC)
             Bn = _bc_column(B_ptr, pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d,
                             mask_t, B_VARIABLE, BLOCK_D, BLOCK_T, ACC)
-            Cn = _bc_column(C_ptr, pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d,
-                            mask_t, C_VARIABLE, BLOCK_D, BLOCK_T, ACC)
             h_start = tl.load(starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state + n,
                               mask=mask_d, other=0.0)
             dBu = dtu * Bn
             prod, hs = tl.associative_scan((dA, dBu), axis=1, combine_fn=_affine)
             hs += prod * h_start[:, None]
+            gC_n = _sum(hs * gy, axis=1)  # for an invariant C
+            if C_VARIABLE:
+                tl.atomic_add(gC_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(hs * gy, axis=0),
+                              mask=mask_t)
+            hs -= dBu  # now dA_t h_{t-1}
+            dA_next, A_n = _discretize(dt_next, A_ptr, d, n, s_Ad, s_An, mask_d, reset_next, HAS_RESETS, ACC)
+            Cn = _bc_column(C_ptr, pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d,
+                            mask_t, C_VARIABLE, BLOCK_D, BLOCK_T, ACC)
             # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it).
             prod, g = tl.associative_scan((dA_next, Cn * gy), axis=1, combine_fn=_affine, reverse=True)
-            g = tl.where(mask_dt, g + prod * _row(carry, cols, n, 1)[:, None], 0.0)
-            carry = tl.where(cols == n, _row(dA * g, rows[None, :], 0, 1)[:, None], carry)
-            x = g * (hs - dBu)
-            gA += tl.where(cols == n, _sum(x * dt, axis=1)[:, None], 0.0)
+            g += prod * carry[:, None]
+            x = g * hs
             gdt += x * A_n[:, None]
             gBu += g * Bn
             if B_VARIABLE:
-                tl.atomic_add(gB_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(g * dtu, axis=0), mask=mask_t)
-            else:
-                gB_inv += tl.where(cols == n, _sum(g * dtu, axis=1)[:, None], 0.0)
-            if C_VARIABLE:
-                tl.atomic_add(gC_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(hs * gy, axis=0), mask=mask_t)
-            else:
-                gC_inv += tl.where(cols == n, _sum(hs * gy, axis=1)[:, None], 0.0)
+                tl.atomic_add(gB_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(g * dtu, axis=0),
+                              mask=mask_t)
+            gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0) + _sum(x * dt, axis=1)
+            gB_n = _sum(g * dtu, axis=1)  # for an invariant B
+            if not B_VARIABLE:
+                gB_n += tl.load(gB_ptr + slots + n, mask=mask_d, other=0.0)
+            if not C_VARIABLE:
+                gC_n += tl.load(gC_ptr + slots + n, mask=mask_d, other=0.0)
+            carry = tl.exp(dt0 * A_n) * keep0 * _row(g, rows[None, :], 0, 1)
+            tl.debug_barrier()  # every thread has read the slots of n before any is written
+            tl.store(gh_ptr + slots + n, carry, mask=mask_d)
+            tl.store(gA_ptr + slots + n, gA_n, mask=mask_d)
+            if not B_VARIABLE:
+                tl.store(gB_ptr + slots + n, gB_n, mask=mask_d)
+            if not C_VARIABLE:
+                tl.store(gC_ptr + slots + n, gC_n, mask=mask_d)
+        # u and Δ before softplus again rather than held through the loop over states.
+        u, dt, raw, reset = _chunk_inputs(
+            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
+            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         gdt += u * gBu
         if SOFTPLUS:
             gdt = gdt * (1.0 / (1.0 + tl.exp(-raw)))
         tl.store(gu_ptr + out_off, dt * gBu, mask=mask_dt)
         tl.store(gdelta_ptr + out_off, gdt, mask=mask_dt)
-    tl.store(gh0_ptr + row_state + state_tile, carry, mask=mask_dn)
-    tl.store(gA_ptr + row_state + state_tile, gA, mask=mask_dn)
-    if not B_VARIABLE:
-        tl.store(gB_ptr + row_state + state_tile, gB_inv, mask=mask_dn)
-    if not C_VARIABLE:
-        tl.store(gC_ptr + row_state + state_tile, gC_inv, mask=mask_dn)

@@ -30,9 +30,9 @@ SELECTIVE_CHUNK = 64
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
 # (BLOCK_D, num_warps) tried by the selective scan's autotuner (compiled kernels): a program holds
-# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * 64 / (32 * num_warps) elements of each per thread, about
-# twenty of them live in the backward pass. docs/gpu.md has every config's registers and spills.
-SELECTIVE_CONFIGS = [(4, 2), (8, 4), (16, 4), (16, 8), (32, 8)]
+# (BLOCK_D, SELECTIVE_CHUNK) tiles, 2 or 4 elements of each per thread; with 8, the backward kernel
+# needs over 200 registers. docs/gpu.md has every config's registers and spills.
+SELECTIVE_CONFIGS = [(4, 2), (8, 4), (16, 8), (4, 4), (8, 8)]
 # The offsets inside one tile are 32-bit (chunk starts are 64-bit): the launchers refuse strides whose
 # tile would reach past this.
 _INT32_MAX = 2**31 - 1
@@ -54,7 +54,8 @@ def _kernels(interpret: bool):
         # The best block depends on how many programs there are (rows x channels) and how long each walks.
         key = ["tune_rows", "e", "n_state", "tune_length", "B_VARIABLE", "C_VARIABLE"]
         module.selective_scan_fwd = triton.autotune(configs, key=key)(module.selective_scan_fwd)
-        module.selective_scan_bwd = triton.autotune(configs, key=key, reset_to_zero=["gB_ptr", "gC_ptr"])(
+        module.selective_scan_bwd = triton.autotune(
+            configs, key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"], restore_value=["gh_ptr"])(
             module.selective_scan_bwd
         )
     return module
@@ -197,20 +198,21 @@ class _SelectiveScanTriton(torch.autograd.Function):
         # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
         grad_y = (grad_y.to(compute).contiguous() if grad_y is not None
                   else starts.new_zeros(batch, dim, length))
-        grad_last = grad_last.to(compute).contiguous() if grad_last is not None else None
         grad_u = torch.empty(batch, dim, length, dtype=compute, device=u.device)
         grad_delta = torch.empty_like(grad_u)
         per_row = (batch, dim, n)
-        grad_A, grad_h0 = starts.new_empty(per_row), starts.new_empty(per_row)
+        # The kernel carries the state's adjoint in grad_h0 (from the last state's gradient, or zeros when the
+        # last state was not used) and accumulates grad A and invariant grad B, C in place.
+        grad_h0 = grad_last.to(compute).contiguous().clone() if grad_last is not None else starts.new_zeros(per_row)
+        grad_A = starts.new_zeros(per_row)
         grad_B, grad_C = (
-            starts.new_zeros(batch, groups, n, length) if M.ndim > 2 else starts.new_empty(per_row) for M in (B, C)
+            starts.new_zeros(batch, groups, n, length) if M.ndim > 2 else starts.new_zeros(per_row) for M in (B, C)
         )
         kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, ctx.softplus)
+        del flags["BLOCK_N"]
         kernels.selective_scan_bwd[grid](
             u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
-            starts, grad_y, grad_last if grad_last is not None else starts,
-            grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0,
-            *sizes, *strides, HAS_GLAST=grad_last is not None, **flags,
+            starts, grad_y, grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, *sizes, *strides, **flags,
         )
         grad_B, grad_C = (
             (g.view(M.shape) if M.ndim > 2 else g.sum(0)).to(M.dtype) for g, M in ((grad_B, B), (grad_C, C))
@@ -280,11 +282,13 @@ def selective_scan_triton(
 ):
     """Triton `selective_scan` (same arguments and results as the reference); D and z are applied after the scan."""
     resets = resets.to(device=u.device, dtype=torch.bool) if resets is not None else None
-    args = (u, delta, A, B, C, delta_bias, initial_state)
+    # The kernels read time-contiguous tiles: a channels-last tile would need a layout change in registers
+    # that costs about half again the backward kernel's registers (docs/gpu.md). mamba_ssm copies the same.
+    scan_u, delta, B, C = (x.contiguous() if x.ndim > 2 and x.stride(-1) != 1 else x for x in (u, delta, B, C))
+    args = (scan_u, delta, A, B, C, delta_bias, initial_state)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in args):
-        y, last = _SelectiveScanTriton.apply(u, delta, A, B, C, delta_bias, initial_state, resets, delta_softplus)
+        y, last = _SelectiveScanTriton.apply(*args, resets, delta_softplus)
     else:  # inference: no chunk-start states to keep
-        y, last, _ = _selective_forward(u, delta, A, B, C, delta_bias, initial_state, resets, delta_softplus,
-                                        store_starts=False)
+        y, last, _ = _selective_forward(*args, resets, delta_softplus, store_starts=False)
     y = _finish(y, u.to(y.dtype), D, z, u.dtype)
     return (y, last.to(y.dtype)) if return_last_state else y

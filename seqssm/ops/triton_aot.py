@@ -1,0 +1,421 @@
+"""Ahead-of-time compile check of the Triton kernels, on a machine without a GPU.
+
+    python -m seqssm.ops.triton_aot [--tier quick|full] [--arch 80 90] [--markdown docs/gpu.md]
+
+Triton's interpreter runs a kernel body as Python and hides compile errors, register pressure and
+spills. Here the Triton backends' own launchers run on `meta` tensors, as the layers call them
+(forward, and backward where gradients are asked for), with each kernel launch intercepted
+instead of run. Every captured launch is expanded over its autotuner's configs and compiled with
+`JITFunction.warmup` under a stand-in driver that names the target (sm_80, sm_90), down to cubin
+with the ptxas inside the triton wheel. Registers, stack and shared memory are read off the cubin
+(`cuobjdump --dump-resource-usage`), spill bytes off ptxas's report.
+
+`check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
+block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
+and no spills in every config; at N = 64 at least one config without spills).
+
+Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
+`triton.runtime.driver.set_active`); other releases may move these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import torch
+
+SHARED_LIMIT = 227 * 1024  # bytes of shared memory one block may use on an H100 (sm_90)
+REGISTER_LIMIT = 168  # per thread, for the selective scan kernels at N <= 16
+ARCHS = (80, 90)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One call the layers make: `op` "selective" or "linear", the dtype of the inputs, sizes and flags."""
+
+    name: str
+    op: str
+    dtype: torch.dtype
+    sizes: dict
+    flags: frozenset = frozenset()
+    grad: bool = True
+
+    def run(self) -> None:
+        """Call the op's Triton implementation on meta tensors (forward, then backward if `grad`)."""
+        (_selective_call if self.op == "selective" else _linear_call)(self)
+
+
+def _leaf(*shape, dtype, grad):
+    return torch.empty(*shape, device="meta", dtype=dtype).requires_grad_(grad)
+
+
+def _selective_call(case: Case) -> None:
+    from seqssm.ops.triton_scan import selective_scan_triton
+
+    s, f, dt = case.sizes, case.flags, case.dtype
+    b, d, n, length, groups = s["batch"], s["dim"], s["N"], s["L"], s.get("groups", 0)
+    param = torch.float64 if dt == torch.float64 else torch.float32
+    grad = case.grad
+
+    def seq(*shape):
+        x = _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=grad).transpose(-1, -2) \
+            if "channels_last" in f else _leaf(*shape, dtype=dt, grad=grad)
+        return x
+
+    bc = (b, n, length) if groups == 0 else (b, groups, n, length)
+    B = _leaf(d, n, dtype=param, grad=grad) if "B_invariant" in f else seq(*bc)
+    C = _leaf(d, n, dtype=param, grad=grad) if "C_invariant" in f else seq(*bc)
+    masked = "mask" in f  # S6 with a mask: Δ arrives after softplus, with no bias
+    y, last = selective_scan_triton(
+        seq(b, d, length), seq(b, d, length), _leaf(d, n, dtype=param, grad=grad), B, C,
+        _leaf(d, dtype=param, grad=grad), seq(b, d, length), None if masked else _leaf(d, dtype=param, grad=grad),
+        not masked, True,
+        initial_state=_leaf(b, d, n, dtype=param, grad=grad) if "state" in f else None,
+        resets=torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None,
+    )
+    if grad:
+        (y.sum() + (last.sum() if "state" in f else 0)).backward()
+
+
+def _linear_call(case: Case) -> None:
+    from seqssm.ops.triton_scan import linear_scan_triton
+
+    s, f = case.sizes, case.flags
+    b, length, feat = s["batch"], s["L"], s["F"]
+    a = _leaf(1 if "broadcast" in f else b, 1 if "broadcast" in f else length, feat, dtype=case.dtype, grad=case.grad)
+    x = _leaf(b, length, feat, dtype=case.dtype, grad=case.grad)
+    h0 = _leaf(b, feat, dtype=case.dtype, grad=case.grad) if "state" in f else None
+    resets = torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None
+    h = linear_scan_triton(a, x, h0, resets)
+    if case.grad:
+        (h.real if h.is_complex() else h).sum().backward()
+
+
+# The shapes the project runs: the Ulbaek 2024 thesis models (batch 32, d_inner 232, N 16, L 16384),
+# mamba-130m's widths (d_inner 1536, N 16), a wide state (N 64), the S5 PPO update (Lu et al. 2023:
+# batch 8, 128 complex modes, L 1024), and a stress shape where one batch row of S4D with resets
+# passes 2^31 elements (H 1024 x N 64 states, L 32768).
+THESIS = dict(batch=32, dim=232, N=16, L=16384)
+MAMBA_130M = dict(batch=8, dim=1536, N=16, L=2048)
+WIDE_STATE = dict(batch=8, dim=1536, N=64, L=2048)
+S5_PPO = dict(batch=8, L=1024, F=128)
+S4D_STRESS = dict(batch=2, L=32768, F=1024 * 64)
+MAMBA_STRESS = dict(batch=1, dim=2048, N=16, L=2**21)
+
+
+def cases(tier: str = "quick") -> list[Case]:
+    """The calls compiled by `tier`: "quick" (one per kernel variant the layers reach in training) or "full"
+    (every dtype, layout and flag combination, the stress shapes included)."""
+    quick = [
+        Case("S6 training, bf16", "selective", torch.bfloat16, MAMBA_130M),
+        Case("S6 scan with state and resets (RL update)", "selective", torch.float32, MAMBA_130M,
+             frozenset({"state", "resets", "channels_last"})),
+        Case("S6 N=64", "selective", torch.float32, WIDE_STATE),
+        Case("S5 PPO update, complex", "linear", torch.complex64, S5_PPO, frozenset({"broadcast", "state", "resets"})),
+        Case("S4D stress, 2^31 elements per row", "linear", torch.float32, S4D_STRESS, frozenset({"resets"})),
+    ]
+    if tier == "quick":
+        return quick
+    full = list(quick)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        for n_state, shape in ((16, THESIS), (16, MAMBA_130M), (64, WIDE_STATE)):
+            for flags in (frozenset(), frozenset({"state", "resets"}), frozenset({"B_invariant", "C_invariant"}),
+                          frozenset({"channels_last", "mask"})):
+                full.append(Case(f"S6 {dtype} N={n_state} {'+'.join(sorted(flags)) or 'plain'}", "selective",
+                                 dtype, shape, flags))
+    full += [
+        Case("S6 groups, invariant B", "selective", torch.float32, {**MAMBA_130M, "groups": 4},
+             frozenset({"B_invariant", "state"})),
+        Case("S6 invariant C", "selective", torch.bfloat16, MAMBA_130M, frozenset({"C_invariant"})),
+        Case("S6 inference", "selective", torch.bfloat16, MAMBA_130M, frozenset({"state"}), grad=False),
+        Case("S6 stress, 2^31 elements per tensor", "selective", torch.bfloat16, MAMBA_STRESS, frozenset({"resets"})),
+    ]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.complex128):
+        for flags in (frozenset(), frozenset({"broadcast", "state", "resets"})):
+            full.append(Case(f"linear {dtype} {'+'.join(sorted(flags)) or 'plain'}", "linear", dtype, S5_PPO, flags))
+    return full
+
+
+@dataclasses.dataclass
+class Launch:
+    """One intercepted kernel launch: the kernel as the launcher holds it (a JITFunction, or an Autotuner
+    around one), its grid and arguments, and the case that made it."""
+
+    kernel_name: str
+    kernel: object
+    grid: object
+    args: tuple
+    kwargs: dict
+    case: Case
+
+    def configs(self) -> list[dict]:
+        """The launch's keyword sets, one per autotune config (one for a plain JITFunction)."""
+        configs = getattr(self.kernel, "configs", None)
+        if not configs:
+            return [{}]
+        return [c.all_kwargs() for c in configs]
+
+    def jit_function(self):
+        return self.kernel.fn if hasattr(self.kernel, "configs") else self.kernel
+
+    def variant(self) -> tuple:
+        """What Triton specialises a compile on: constexprs, pointer dtypes, and 1 / divisible-by-16 ints."""
+        def spec(x):
+            if isinstance(x, torch.Tensor):
+                return str(x.dtype)
+            if isinstance(x, int):
+                return ("one" if x == 1 else "i64" if abs(x) >= 2**31 else "div16" if x % 16 == 0 else "int")
+            return repr(x)
+        return (self.kernel_name, tuple(spec(a) for a in self.args), tuple(sorted(self.kwargs.items())))
+
+
+class _Recorder:
+    """Stands in for the compiled-kernels module of `triton_scan`: `kernel[grid](...)` records a Launch."""
+
+    def __init__(self, kernels, launches: list, case: Case):
+        self._kernels, self._launches, self._case = kernels, launches, case
+
+    def __getattr__(self, name):
+        kernel = getattr(self._kernels, name)
+
+        class _Grid:
+            def __getitem__(_, grid):
+                def launch(*args, **kwargs):
+                    self._launches.append(Launch(name, kernel, grid, args, kwargs, self._case))
+                return launch
+
+        return _Grid()
+
+
+def capture(case: Case) -> list[Launch]:
+    """The kernel launches `case` makes, none of them run."""
+    from seqssm.ops import triton_scan
+
+    launches: list[Launch] = []
+    recorder = _Recorder(triton_scan._kernels(False), launches, case)
+    original = triton_scan._for
+    triton_scan._for = lambda device: (recorder, False)
+    try:
+        with torch.enable_grad():
+            case.run()
+    finally:
+        triton_scan._for = original
+    return launches
+
+
+class _TargetDriver:
+    """The least of a Triton driver that compiling (never launching) asks for: a target and a device id.
+    The device id is the compute capability, so that each target keeps its own kernel cache."""
+
+    def __init__(self, capability: int):
+        from triton.backends.compiler import GPUTarget
+
+        self.capability = capability
+        self.target = GPUTarget("cuda", capability, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return self.capability
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+def _triton_tool(name: str) -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _resources(cubin: bytes) -> dict:
+    """REG, STACK and SHARED of the cubin's kernel, as cuobjdump reports them."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([_triton_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+    return {"registers": int(found["REG"]), "stack": int(found["STACK"]), "cubin_shared": int(found["SHARED"])}
+
+
+@dataclasses.dataclass
+class Result:
+    """One compile: a launch under one config for one target."""
+
+    launch: Launch
+    arch: int
+    config: dict
+    seconds: float
+    error: str | None = None
+    registers: int | None = None
+    stack: int | None = None
+    spill_stores: int | None = None
+    spill_loads: int | None = None
+    shared: int | None = None
+
+    def config_name(self) -> str:
+        c = self.config
+        return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}" if "BLOCK_D" in c else \
+            f"BLOCK_F={self.launch.kwargs.get('BLOCK_F')} warps={c.get('num_warps', 4)}"
+
+    def spills(self) -> bool:
+        return bool(self.stack) or bool(self.spill_stores)
+
+
+def compile_launch(launch: Launch, arch: int) -> list[Result]:
+    """Compile `launch` under each of its configs for sm_`arch` -> one Result per config."""
+    import triton
+    from triton.runtime.driver import driver
+
+    results = []
+    fn = launch.jit_function()
+    # Read without creating the default driver, which fails on a machine without a GPU.
+    previous = getattr(driver, "_active", None)
+    driver.set_active(_TargetDriver(arch))
+    try:
+        for config in launch.configs():
+            kwargs = {**launch.kwargs, **config}
+            start = time.perf_counter()
+            log = io.StringIO()
+            try:
+                with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+                    triton.knobs.nvidia.dump_ptxas_log = True
+                    kernel = fn.warmup(*launch.args, grid=launch.grid, **kwargs)
+            except Exception as err:  # a compile error is a result here, reported by `check`
+                message = f"{type(err).__name__}: {err}".strip().splitlines()
+                results.append(Result(launch, arch, config, time.perf_counter() - start,
+                                      error=" | ".join(message[-3:])[:400]))
+                continue
+            row = Result(launch, arch, config, time.perf_counter() - start, shared=kernel.metadata.shared,
+                         **{k: v for k, v in _resources(kernel.asm["cubin"]).items() if k != "cubin_shared"})
+            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log.getvalue())
+            if spills:
+                row.spill_stores, row.spill_loads = int(spills.group(1)), int(spills.group(2))
+            results.append(row)
+    finally:
+        driver._active = previous
+    return results
+
+
+def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], None] | None = None) -> list[Result]:
+    """Capture every case, compile each distinct kernel variant once per config and target. Compiles run
+    in a fresh Triton cache, so that ptxas runs (and reports spills) for every one."""
+    import triton
+
+    variants: dict[tuple, Launch] = {}
+    for case in case_list:
+        for launch in capture(case):
+            variants.setdefault(launch.variant(), launch)
+    results = []
+    with tempfile.TemporaryDirectory() as cache, triton.knobs.cache.scope():
+        triton.knobs.cache.dir = cache
+        for i, launch in enumerate(variants.values()):
+            for arch in archs:
+                if progress:
+                    progress(f"[{i + 1}/{len(variants)}] sm_{arch} {launch.kernel_name} ({launch.case.name})")
+                results.extend(compile_launch(launch, arch))
+    return results
+
+
+def _is_selective(r: Result) -> bool:
+    return r.launch.kernel_name.startswith("selective_scan")
+
+
+def check(results: list[Result]) -> list[str]:
+    """What breaks the rules (module docstring), one line each; empty when all hold."""
+    problems = []
+    for r in results:
+        where = f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.case.name})"
+        if r.error:
+            problems.append(f"{where}: does not compile: {r.error}")
+        elif r.shared > SHARED_LIMIT:
+            problems.append(f"{where}: {r.shared} bytes of shared memory, over {SHARED_LIMIT}")
+    strict = [r for r in results if _is_selective(r) and not r.error and r.launch.case.dtype != torch.float64]
+    for r in strict:
+        if r.launch.case.sizes["N"] <= 16 and (r.registers > REGISTER_LIMIT or r.spills()):
+            problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.case.name}): "
+                            f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
+                            f"(at N <= 16: at most {REGISTER_LIMIT} registers, no spills)")
+    wide: dict[tuple, list[Result]] = {}
+    for r in strict:
+        if r.launch.case.sizes["N"] > 16:
+            wide.setdefault((r.arch, r.launch.variant()), []).append(r)
+    for (arch, _), group in wide.items():
+        if all(r.spills() for r in group):
+            r = group[0]
+            problems.append(f"sm_{arch} {r.launch.kernel_name} ({r.launch.case.name}): every config spills")
+    return problems
+
+
+def table(results: list[Result]) -> str:
+    """A markdown table of every compile."""
+    lines = ["| target | kernel | case | config | registers | spill stores / loads (bytes) | stack (bytes) "
+             "| shared (bytes) | compile s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.error:
+            lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.case.name} | {r.config_name()} | "
+                         f"error: {r.error} | | | | {r.seconds:.1f} |")
+            continue
+        spills = "n/a" if r.spill_stores is None else f"{r.spill_stores} / {r.spill_loads}"
+        lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.case.name} | {r.config_name()} | "
+                     f"{r.registers} | {spills} | {r.stack} | {r.shared} | {r.seconds:.1f} |")
+    return "\n".join(lines)
+
+
+def summary(results: list[Result], problems: list[str]) -> str:
+    """One line: how many compiles, failures and spilling configs, and the rule violations."""
+    failed = sum(1 for r in results if r.error)
+    spilling = sum(1 for r in results if not r.error and r.spills())
+    worst = max((r.registers for r in results if not r.error and _is_selective(r)), default=0)
+    return (f"{len(results)} compiles ({len({r.launch.variant() for r in results})} kernel variants x configs x "
+            f"targets): {failed} failed, {spilling} with spills, selective scan at most {worst} registers; "
+            f"{len(problems)} rule violations")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), help="compute capabilities (80 90)")
+    parser.add_argument("--markdown", help="write the compile table into this markdown file, between the "
+                        "'<!-- compile table -->' markers")
+    args = parser.parse_args(argv)
+    results = compile_all(cases(args.tier), args.arch, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    problems = check(results)
+    text = table(results)
+    line = summary(results, problems)
+    if args.markdown:
+        _write_table(args.markdown, f"{line}\n\n{text}")
+    else:
+        print(text)
+    for p in problems:
+        print(p)
+    print(line)
+    return 1 if problems else 0
+
+
+def _write_table(path: str, text: str) -> None:
+    start, end = "<!-- compile table -->", "<!-- end of compile table -->"
+    with open(path) as f:
+        doc = f.read()
+    if start not in doc or end not in doc:
+        raise SystemExit(f"{path} has no '{start}' ... '{end}' markers to write the table between")
+    head, rest = doc.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w") as f:
+        f.write(f"{head}{start}\n{text}\n{end}{tail}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
