@@ -93,6 +93,11 @@ class S6(ChannelsFirstLayer):
         delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
         return self.scan_projected(x, delta, B, C, state, resets, mask)
 
+    def _forward_channels_first(self, x):
+        # No final state is asked for, so the scan need not keep one with a gradient (mamba_ssm's cannot).
+        delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
+        return self._selective(x, delta, B, C, None, None, None, return_state=False)[0]
+
     def _widen(self, u: torch.Tensor) -> torch.Tensor:
         """u in float64 when the layer is float64 (the selective scan computes in u's precision, at least float32)."""
         return u.to(self._ssm_dtype) if self._ssm_dtype == torch.float64 else u
@@ -104,6 +109,10 @@ class S6(ChannelsFirstLayer):
         Masked steps leave the state untouched (Δ = 0 gives exp(ΔA) = 1 and ΔBu = 0) and output zeros.
         """
         resets, mask = check_steps(u, resets, mask, time_dim=2, where="S6.scan_projected")
+        return self._selective(u, delta, B, C, state, resets, mask, return_state=True)
+
+    def _selective(self, u, delta, B, C, state, resets, mask, return_state: bool):
+        """`scan_projected` on checked steps; the final state is None unless `return_state`."""
         out_dtype, u = u.dtype, self._widen(u)
         ssm = self._ssm_dtype
         delta_bias, softplus = self.dt_proj.bias.to(ssm), True
@@ -111,10 +120,11 @@ class S6(ChannelsFirstLayer):
             compute = torch.promote_types(u.dtype, torch.float32)
             delta = F.softplus(delta.to(compute) + delta_bias.to(compute)[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
             delta_bias, softplus = None, False
-        y, last = selective_scan(
+        out = selective_scan(
             u, delta, self.A, B, C, self.D.to(ssm), delta_bias=delta_bias, delta_softplus=softplus,
-            return_last_state=True, initial_state=state, resets=resets, backend=self.backend,
+            return_last_state=return_state, initial_state=state, resets=resets, backend=self.backend,
         )
+        y, last = out if return_state else (out, None)
         return (y if mask is None else y.masked_fill(~mask.unsqueeze(1), 0)).to(out_dtype), last
 
     def _step(self, x_t, state):

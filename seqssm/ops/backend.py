@@ -148,25 +148,39 @@ def choose(op: str, backend: str, call: Call) -> Callable:
 
 
 @functools.lru_cache(maxsize=None)
-def extension_imports(package: str, module: str) -> bool:
-    """True when the optional `package` is installed and its `module` imports (a compiled extension may be
-    installed yet fail to load, e.g. against another torch)."""
-    if importlib.util.find_spec(package) is None:
-        return False
+def optional_function(module: str, name: str) -> tuple[Callable | None, str | None]:
+    """(`module.name`, None) when the optional CUDA package behind it loads, else (None, why not).
+
+    The backends call exactly the function this returns, so that "available" means "this import works":
+    a package can be installed yet fail to load (built against another torch, a missing CUDA library).
+    Such a failure is logged once, with its reason, and the registry falls back to the next backend."""
+    package = module.split(".")[0]
     try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
+        installed = importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # e.g. a None entry in sys.modules
+        installed = False
+    if not installed:
+        return None, f"{package} is not installed: pip install 'seqssm[cuda]'"
+    try:
+        return getattr(importlib.import_module(module), name), None
+    except Exception as err:  # ImportError, OSError (undefined symbols), RuntimeError, AttributeError, ...
+        why = f"{package} is installed but {module}.{name} does not load ({type(err).__name__}: {err})"
+        log.warning("seqssm.ops: %s; using the next backend", why)
+        return None, why
+
+
+def mamba_selective_scan():
+    """(mamba_ssm's `selective_scan_fn`, None), or (None, why it does not load)."""
+    return optional_function("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
 
 
 def has_mamba_ssm() -> bool:
-    """True when mamba_ssm's compiled selective-scan kernels (its `selective_scan_cuda` extension) import."""
-    return extension_imports("mamba_ssm", "selective_scan_cuda")
+    """True when mamba_ssm's selective scan (the function the "mamba_ssm" backend calls) loads."""
+    return mamba_selective_scan()[0] is not None
 
 
 def mamba_ssm_missing() -> str | None:
-    return None if has_mamba_ssm() else "mamba_ssm is not installed: pip install 'seqssm[cuda]'"
+    return None if has_mamba_ssm() else mamba_selective_scan()[1]
 
 
 def has_triton() -> bool:

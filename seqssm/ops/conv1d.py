@@ -16,14 +16,19 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.errors import InputShapeError
-from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, extension_imports, register
+from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, optional_function, register
 from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
 
 
+def causal_conv1d_package():
+    """(the `causal_conv1d` package's `causal_conv1d_fn`, None), or (None, why it does not load)."""
+    return optional_function("causal_conv1d", "causal_conv1d_fn")
+
+
 def has_causal_conv1d() -> bool:
-    """True when the `causal_conv1d` CUDA package imports."""
-    return extension_imports("causal_conv1d", "causal_conv1d")
+    """True when the function the "causal_conv1d" backend calls loads."""
+    return causal_conv1d_package()[0] is not None
 
 
 def _check(x, weight, bias, initial_state, resets):
@@ -78,8 +83,7 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
 
 
 def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
-    from causal_conv1d import causal_conv1d_fn
-
+    causal_conv1d_fn, _ = causal_conv1d_package()
     y = causal_conv1d_fn(x, weight, bias)
     return (y, _final_state(F.pad(x, (weight.shape[1] - 1, 0)), None, weight.shape[1])) if return_final_state else y
 
@@ -132,7 +136,7 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
         return y, state
     floats = (x, weight, bias, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
-                resets is not None)
+                resets is not None, detail=(x, weight))
     return choose("causal_conv1d", backend, call)(x, weight, bias, initial_state, resets, return_final_state)
 
 
@@ -147,7 +151,24 @@ def causal_conv1d_step(x_t, state, weight, bias=None):
 
 
 register(Backend("causal_conv1d", "reference", causal_conv1d_reference, auto_devices=NEVER))
+def _causal_conv1d_package_check(call: Call) -> str | None:
+    """What the package's kernel requires (its own checks raise mid-model otherwise): widths 2 to 4, x
+    contiguous along time or along channels, and channels-last x with channels and strides in multiples of 8."""
+    x, weight = call.detail
+    width = weight.shape[1]
+    if not 2 <= width <= 4:
+        return f"it takes kernel widths 2 to 4, not {width}"
+    if x.stride(2) != 1 and x.stride(1) != 1:
+        return f"it needs x contiguous along time or along channels, got strides {tuple(x.stride())}"
+    if x.stride(2) != 1 and (x.shape[1] % 8 or x.stride(0) % 8 or x.stride(2) % 8):
+        return (f"channels-last x needs channels and strides in multiples of 8, got {x.shape[1]} channels and "
+                f"strides {tuple(x.stride())}")
+    if weight.dtype not in (x.dtype, torch.float32):
+        return f"it needs the weight in x's dtype or float32, got {weight.dtype} for {x.dtype}"
+    return None
+
+
 register(Backend("causal_conv1d", "causal_conv1d", _causal_conv1d_package, devices=CUDA, auto_devices=CUDA,
                  dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), initial_state=False, resets=False,
-                 available=lambda: None if has_causal_conv1d() else "causal_conv1d is not installed: pip install 'seqssm[cuda]'"))
+                 available=lambda: causal_conv1d_package()[1], check=_causal_conv1d_package_check))
 register(Backend("causal_conv1d", "torch", _causal_conv1d_torch))

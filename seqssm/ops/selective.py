@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from seqssm.errors import InputShapeError
 from seqssm.ops.backend import (
-    CUDA, NEVER, Backend, Call, choose, mamba_ssm_missing, register, triton_device_check, triton_missing,
+    CUDA, NEVER, Backend, Call, choose, mamba_selective_scan, mamba_ssm_missing, register, triton_device_check,
+    triton_missing,
 )
 from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.layout import is_channels_last
@@ -374,15 +375,35 @@ def _selective_scan_mamba(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
-    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    selective_scan_fn, _ = mamba_selective_scan()
+    out = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    if not return_last_state:
+        return out
+    y, last = out
+    return y, last.to(u.dtype)  # mamba_ssm keeps it in float32; every backend returns u's dtype
 
-    return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+
+class _SelectiveDetail(NamedTuple):
+    """What backends' checks read of a selective_scan call: its tensors, and whether the last state it
+    returns may need a gradient (asked for, with autograd recording)."""
+
+    u: torch.Tensor
+    delta: torch.Tensor
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor | None
+    z: torch.Tensor | None
+    delta_bias: torch.Tensor | None
+    last_state_grad: bool
 
 
 def _mamba_ssm_check(call: Call) -> str | None:
     """mamba_ssm's kernel takes u, delta, z and a variable B, C in one dtype, and float32 A, D, delta_bias
-    and time-invariant B, C."""
-    u, delta, A, B, C, D, z, delta_bias = call.detail
+    and time-invariant B, C; its last state carries no gradient."""
+    u, delta, A, B, C, D, z, delta_bias, last_state_grad = call.detail
+    if last_state_grad:
+        return "its last state carries no gradient (its backward ignores one)"
     if any(x is not None and x.dtype != u.dtype for x in (delta, z)):
         return "it needs u, delta and z in one dtype"
     for name, M in (("B", B), ("C", C)):
@@ -415,9 +436,11 @@ def selective_scan(
         last = u.new_zeros(*u.shape[:2], A.shape[1]) if initial_state is None else initial_state.to(u.dtype)
         return y, last
     floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    last_state_grad = return_last_state and torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in floats)
     call = Call(
         u.device, tuple(x.dtype for x in floats if x is not None), initial_state is not None, resets is not None,
-        detail=(u, delta, A, B, C, D, z, delta_bias),
+        detail=_SelectiveDetail(u, delta, A, B, C, D, z, delta_bias, last_state_grad),
     )
     return choose("selective_scan", backend, call)(
         u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,

@@ -291,12 +291,11 @@ def compile_launch(launch: Launch, arch: int) -> list[Result]:
             log = io.StringIO()
             try:
                 with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(log):
-                    triton.knobs.nvidia.dump_ptxas_log = True
+                    if hasattr(triton.knobs.nvidia, "dump_ptxas_log"):  # ptxas's -v report, with spill bytes
+                        triton.knobs.nvidia.dump_ptxas_log = True
                     kernel = fn.warmup(*launch.args, grid=launch.grid, **kwargs)
             except Exception as err:  # a compile error is a result here, reported by `check`
-                message = f"{type(err).__name__}: {err}".strip().splitlines()
-                results.append(Result(launch, arch, config, time.perf_counter() - start,
-                                      error=" | ".join(message[-3:])[:400]))
+                results.append(Result(launch, arch, config, time.perf_counter() - start, error=_describe(err)))
                 continue
             row = Result(launch, arch, config, time.perf_counter() - start, shared=kernel.metadata.shared,
                          **{k: v for k, v in _resources(kernel.asm["cubin"]).items() if k != "cubin_shared"})
@@ -307,6 +306,20 @@ def compile_launch(launch: Launch, arch: int) -> list[Result]:
     finally:
         driver._active = previous
     return results
+
+
+def _describe(err: BaseException) -> str:
+    """One line: the error's type and where it was raised, and its innermost cause (Triton wraps the reason
+    of a CompilationError, a type mismatch say, as the cause)."""
+    cause = err
+    while cause.__cause__ is not None or (cause.__context__ is not None and not cause.__suppress_context__):
+        cause = cause.__cause__ or cause.__context__
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    text = f"{type(err).__name__}: {first}"
+    if cause is not err:
+        reason = next((line.strip() for line in reversed(str(cause).splitlines()) if line.strip()), "")
+        text += f" | {type(cause).__name__}: {reason}"
+    return text[:400]
 
 
 def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], None] | None = None) -> list[Result]:

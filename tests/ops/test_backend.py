@@ -12,16 +12,18 @@ from seqssm.ops import backends, causal_conv1d, linear_scan, selective_scan
 from seqssm.ops.backend import Backend, Call, choose, register
 from seqssm.ops.conv1d import _causal_conv1d_torch
 from seqssm.ops.linear import linear_scan_reference, linear_scan_torch
-from seqssm.ops.selective import _selective_scan_mamba, _selective_scan_torch, selective_scan_reference
+from seqssm.ops.selective import _selective_scan_mamba, _selective_scan_torch, _SelectiveDetail, selective_scan_reference
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
-def _selective_call(device, dtype=torch.float32, initial_state=False, resets=False, delta_dtype=None):
+def _selective_call(device, dtype=torch.float32, initial_state=False, resets=False, delta_dtype=None,
+                    last_state_grad=False):
     u = torch.zeros(1, 2, 3, dtype=dtype)
     delta = u.to(delta_dtype or dtype)
     A, B = torch.zeros(2, 4), torch.zeros(1, 4, 3, dtype=dtype)
-    return Call(device, (u.dtype, delta.dtype, A.dtype), initial_state, resets, detail=(u, delta, A, B, B, None, None, None))
+    detail = _SelectiveDetail(u, delta, A, B, B, None, None, None, last_state_grad)
+    return Call(device, (u.dtype, delta.dtype, A.dtype), initial_state, resets, detail=detail)
 
 
 @pytest.fixture
@@ -42,9 +44,11 @@ def test_auto_on_cuda_prefers_mamba_ssm_then_triton_then_torch(mamba_installed, 
     from seqssm.ops.triton_scan import linear_scan_triton, selective_scan_triton
 
     assert choose("selective_scan", "auto", _selective_call(CUDA)) is _selective_scan_mamba
-    # What mamba_ssm cannot serve goes to Triton: an initial state, resets, float64, mixed dtypes.
+    # What mamba_ssm cannot serve goes to Triton: an initial state, resets, float64, mixed dtypes, and a
+    # last state whose gradient may be needed.
     for call in (_selective_call(CUDA, initial_state=True), _selective_call(CUDA, resets=True),
-                 _selective_call(CUDA, dtype=torch.float64), _selective_call(CUDA, torch.bfloat16, delta_dtype=torch.float32)):
+                 _selective_call(CUDA, dtype=torch.float64), _selective_call(CUDA, torch.bfloat16, delta_dtype=torch.float32),
+                 _selective_call(CUDA, last_state_grad=True)):
         assert choose("selective_scan", "auto", call) is selective_scan_triton
     assert choose("linear_scan", "auto", Call(CUDA, (torch.complex64,), True, True)) is linear_scan_triton
     monkeypatch.setattr(backend_module, "has_triton", lambda: False)

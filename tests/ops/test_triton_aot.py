@@ -1,0 +1,91 @@
+"""The Triton kernels compiled ahead of time for sm_80 and sm_90 with triton's own compiler and ptxas (no GPU
+needed): the quick tier of `seqssm.ops.triton_aot` must meet every rule, and the judge itself must catch what
+the interpreter hides (a compile error, spills, too many registers)."""
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+import triton.language as tl  # noqa: E402
+
+from seqssm.ops import triton_aot  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick():
+    results = triton_aot.compile_all(triton_aot.cases("quick"))
+    return results, triton_aot.check(results)
+
+
+def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
+    results, problems = quick
+    assert not problems, "\n".join(problems)
+    kernels = {(r.launch.kernel_name, r.arch) for r in results}
+    assert kernels == {(k, arch) for k in ("selective_scan_fwd", "selective_scan_bwd", "linear_scan_fwd",
+                                            "linear_scan_bwd") for arch in (80, 90)}
+    selective = [r for r in results if r.launch.kernel_name.startswith("selective")]
+    from seqssm.ops.triton_scan import SELECTIVE_CONFIGS
+
+    assert {(r.config["BLOCK_D"], r.config["num_warps"]) for r in selective} == set(SELECTIVE_CONFIGS)
+    assert all(r.registers and r.shared is not None for r in results)
+
+
+def test_the_stress_shapes_pass_64_bit_strides_and_compile(quick):
+    """A batch row of 2^31 elements: the stride Triton receives is 64-bit, and that variant compiles."""
+    results, _ = quick
+    stress = [r for r in results if "stress" in r.launch.case.name]
+    assert stress and all(r.error is None for r in stress)
+    assert any("i64" in r.launch.variant()[1] for r in stress)
+
+
+@triton.jit
+def _two_tile_shapes(x_ptr, VARIABLE: tl.constexpr):
+    # The bug the interpreter let through: returns of two tile shapes under a constexpr branch.
+    x = _pick(x_ptr, VARIABLE)
+    tl.store(x_ptr + tl.arange(0, 16)[:, None] + tl.arange(0, 16)[None, :], x)
+
+
+@triton.jit
+def _pick(x_ptr, VARIABLE: tl.constexpr):
+    if VARIABLE:
+        return tl.load(x_ptr + tl.arange(0, 16))[None, :]
+    return tl.load(x_ptr + tl.arange(0, 16))[:, None]
+
+
+@triton.jit
+def _many_registers(x_ptr, n, BLOCK: tl.constexpr):
+    # A (BLOCK, BLOCK) float32 tile per thread group far past 255 registers: ptxas spills it.
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK, BLOCK], tl.float32)
+    for i in range(n):
+        acc += tl.load(x_ptr + i + offs[:, None] * BLOCK + offs[None, :])
+        acc = acc * tl.trans(acc)
+    tl.store(x_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+
+def _launch(kernel, args, kwargs, case):
+    return triton_aot.Launch(kernel.__name__ if hasattr(kernel, "__name__") else "kernel", kernel, (1,), args,
+                             kwargs, case)
+
+
+def test_the_judge_reports_a_compile_error_that_the_interpreter_hides():
+    case = triton_aot.Case("two tile shapes", "selective", torch.float32, dict(N=16))
+    x = torch.empty(256, device="meta")
+    [result] = triton_aot.compile_launch(_launch(_two_tile_shapes, (x,), dict(VARIABLE=True), case), 90)
+    assert result.error and "mismatch" in result.error.lower()
+    assert any("does not compile" in p for p in triton_aot.check([result]))
+
+
+def test_the_judge_reports_spills_and_registers():
+    case = triton_aot.Case("spilling", "selective", torch.float32, dict(N=16))
+    x = torch.empty(256 * 256, device="meta")
+    [result] = triton_aot.compile_launch(_launch(_many_registers, (x, 4), dict(BLOCK=128, num_warps=1), case), 90)
+    assert result.error is None
+    assert result.spills() and result.registers > 0
+    result.launch.kernel_name = "selective_scan_bwd"  # the N <= 16 rule applies to the selective kernels
+    [problem] = triton_aot.check([result])
+    assert "no spills" in problem
+    wide = triton_aot.Case("spilling at N=64", "selective", torch.float32, dict(N=64))
+    result.launch.case = wide
+    [problem] = triton_aot.check([result])
+    assert "every config spills" in problem
