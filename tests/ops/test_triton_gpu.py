@@ -93,8 +93,8 @@ def test_linear_scan_past_2_31_elements_per_batch_row():
 def test_selective_scan_past_2_31_elements_per_tensor():
     """u past 2^31 elements (mamba widths at L = 1.25M): the last channels against the same kernel on a copy."""
     b, d, n, length = 1, 2048, 16, 2**20 + 2**18
-    if _free_gib() < 60:
-        pytest.skip(f"needs about 60 GiB of free GPU memory, {_free_gib():.0f} GiB free")
+    if _free_gib() < 40:
+        pytest.skip(f"needs about 40 GiB of free GPU memory, {_free_gib():.0f} GiB free")
     torch.manual_seed(0)
     u = torch.randn(b, d, length, device="cuda", dtype=torch.bfloat16)
     delta = torch.randn(b, d, length, device="cuda", dtype=torch.bfloat16)
