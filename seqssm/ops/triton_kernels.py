@@ -242,25 +242,44 @@ def _load_dt(delta_ptr, base, tile_dt, mask, bias, HAS_BIAS: tl.constexpr, SOFTP
 
 
 @triton.jit
-def _bc_column(ptr, base, d, n, rows, s_d, s_n, s_t, mask_d, mask_t, VARIABLE: tl.constexpr,
-               BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr):
-    # State n of B or C as a (BLOCK_D, BLOCK_T) tile: a variable one from its chunk at `base` (one row over
-    # time, the same for every channel), an invariant one per channel (the same at every step).
+def _bc_column(ptr, base, d, n, rows, s_d, s_n, s_t, mask_d, mask_t, VARIABLE: tl.constexpr, ACC: tl.constexpr):
+    # State n of B or C, broadcastable against (BLOCK_D, BLOCK_T) tiles: a variable one (1, BLOCK_T) from its
+    # chunk at `base` (the same for every channel), an invariant one (BLOCK_D, 1) (the same at every step).
     if VARIABLE:
         col = tl.load(ptr + base + tl.cast(n, tl.int64) * s_n + rows * s_t, mask=mask_t, other=0.0).to(ACC)[None, :]
     else:
         col = tl.load(ptr + d * s_d + n * s_n, mask=mask_d, other=0.0).to(ACC)[:, None]
-    return tl.broadcast_to(col, (BLOCK_D, BLOCK_T))
+    return col
 
 
 @triton.jit
-def _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS: tl.constexpr, ACC: tl.constexpr):
-    # (exp(Δ A_n) on the tile, 0 where the state resets; A_n (BLOCK_D,)). Masked steps have Δ = 0: exp = 1.
+def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, slots, rows, mask_d, mask_t,
+                  s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr,
+                  ACC: tl.constexpr):
+    # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,); zeros past
+    # the last state. Loaded one state ahead, so that their latency hides behind the previous state's scans.
+    mask_d = _and_below(mask_d, n, n_state)
+    mask_t = _and_below(mask_t, n, n_state)
     A_n = tl.load(A_ptr + d * s_Ad + n * s_An, mask=mask_d, other=0.0).to(ACC)
+    B_n = _bc_column(B_ptr, B_base, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d, mask_t, B_VARIABLE, ACC)
+    C_n = _bc_column(C_ptr, C_base, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d, mask_t, C_VARIABLE, ACC)
+    slot = tl.load(slot_ptr + slots + n, mask=mask_d, other=0.0).to(ACC)
+    return A_n, B_n, C_n, slot
+
+
+@triton.jit
+def _and_below(mask, n, n_state):
+    # mask & (n < n_state) as a tensor (in the interpreter n is a plain int, and int & bool is no mask).
+    return mask & (mask.to(tl.int32) * 0 + n < n_state)
+
+
+@triton.jit
+def _decay(dt, A_n, reset, HAS_RESETS: tl.constexpr):
+    # exp(Δ A_n) on the tile, 0 where the state resets. Masked steps have Δ = 0: exp = 1.
     dA = tl.exp(dt * A_n[:, None])
     if HAS_RESETS:
         dA = tl.where(reset[None, :], 0.0, dA)
-    return dA, A_n
+    return dA
 
 
 @triton.jit
@@ -281,23 +300,20 @@ def _chunk_inputs(u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, row
 
 @triton.jit
 def selective_scan_fwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, h0_ptr, y_ptr, starts_ptr, last_ptr,
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, y_ptr, starts_ptr, last_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Ad, s_An,
     s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, STORE_STARTS: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr,
+    HAS_RESETS: tl.constexpr, STORE_STARTS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+    ACC: tl.constexpr,
 ):
-    """y (batch, dim, L), the last state and, with STORE_STARTS, the state entering every chunk (batch,
-    chunks, dim, N). tune_rows and tune_length are read by the autotuner's key only."""
+    """y (batch, dim, L), and with STORE_STARTS the state entering every chunk (batch, chunks, dim, N).
+    The state is carried in last (batch, dim, N): the caller fills it with h0 or zeros, and it ends as the
+    last state. Each slot belongs to one program; a barrier between reading and writing it orders its
+    threads. tune_rows and tune_length are read by the autotuner's key only."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
-    cols = tl.arange(0, BLOCK_N)[None, :]
-    mask_dn = mask_d[:, None] & (cols < n_state)
-    state_tile = offs_d[:, None] * n_state + cols
-    h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
-    if HAS_H0:
-        h = tl.load(h0_ptr + (pid_b * dim + d0) * n_state + state_tile, mask=mask_dn, other=0.0).to(ACC)
+    slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
     bias = tl.full([BLOCK_D], 0.0, ACC)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(ACC)
@@ -305,27 +321,36 @@ def selective_scan_fwd(
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     for c in range(n_chunks):
         t0 = tl.cast(c * BLOCK_T, tl.int64)
-        if STORE_STARTS:
-            tl.store(starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + state_tile, h, mask=mask_dn)
         mask_t = c * BLOCK_T + rows < length
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         dtu = dt * u
         y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)
+        B_base = pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt
+        C_base = pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct
+        starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
+        tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
+        A_n, B_n, C_n, h_n = _state_inputs(0, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots,
+                                           rows, mask_d, mask_t, s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct,
+                                           B_VARIABLE, C_VARIABLE, ACC)
         for n in range(n_state):
-            dA, A_n = _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS, ACC)
-            Bn = _bc_column(B_ptr, pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d,
-                            mask_t, B_VARIABLE, BLOCK_D, BLOCK_T, ACC)
-            prod, hs = tl.associative_scan((dA, dtu * Bn), axis=1, combine_fn=_affine)
-            hs += prod * _row(h, cols, n, 1)[:, None]
-            y += hs * _bc_column(C_ptr, pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct, d, n, rows, s_Cd, s_Cn, s_Ct,
-                                 mask_d, mask_t, C_VARIABLE, BLOCK_D, BLOCK_T, ACC)
+            A_next, B_next, C_next, h_next = _state_inputs(
+                n + 1, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots, rows, mask_d, mask_t,
+                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, ACC)
+            if STORE_STARTS:
+                tl.store(starts + n, h_n, mask=mask_d)
+            prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dtu * B_n), axis=1,
+                                           combine_fn=_affine)
+            hs += prod * h_n[:, None]
+            y += hs * C_n
             # Steps past the end have dA = 1, ΔBu = 0: the last column holds the state after the last real step.
-            h = tl.where(cols == n, _row(hs, rows[None, :], BLOCK_T - 1, 1)[:, None], h)
+            h_last = _row(hs, rows[None, :], BLOCK_T - 1, 1)
+            tl.debug_barrier()  # every thread has read slot n before it is written
+            tl.store(last_ptr + slots + n, h_last, mask=mask_d)
+            A_n, B_n, C_n, h_n = A_next, B_next, C_next, h_next
         tl.store(y_ptr + (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :], y,
                  mask=mask_d[:, None] & mask_t[None, :])
-    tl.store(last_ptr + (pid_b * dim + d0) * n_state + state_tile, h, mask=mask_dn)
 
 
 @triton.jit
@@ -381,45 +406,48 @@ def selective_scan_bwd(
             keep0 = 1.0 - _sum(tl.where((rows == 0) & reset, 1.0, 0.0), axis=0)
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
         gdt = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n x A
+        B_base = pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt
+        C_base = pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct
         bc_off = ((pid_b * (dim // e) + pid_g) * n_state) * length + t0
-        # The last chunk's writes to the slots are seen by every thread before they are read again.
-        tl.debug_barrier()
+        starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
+        tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
+        A_n, B_n, C_n, carry = _state_inputs(0, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots,
+                                             rows, mask_d, mask_t, s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct,
+                                             B_VARIABLE, C_VARIABLE, ACC)
+        h_start = tl.load(starts, mask=mask_d, other=0.0)
         # Each value is used as soon as it exists, so that few tiles are live at once (registers, not
         # arithmetic, bound this kernel). Past the end Δ = 0, so no masking of g is needed: every term it
         # enters there is multiplied by Δ, by gy (0) or stored under the mask.
         for n in range(n_state):
-            carry = tl.load(gh_ptr + slots + n, mask=mask_d, other=0.0)
-            dA, A_n = _discretize(dt, A_ptr, d, n, s_Ad, s_An, mask_d, reset, HAS_RESETS, ACC)
-            Bn = _bc_column(B_ptr, pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d,
-                            mask_t, B_VARIABLE, BLOCK_D, BLOCK_T, ACC)
-            h_start = tl.load(starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state + n,
-                              mask=mask_d, other=0.0)
-            dBu = dtu * Bn
-            prod, hs = tl.associative_scan((dA, dBu), axis=1, combine_fn=_affine)
+            A_next, B_next, C_next, carry_next = _state_inputs(
+                n + 1, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
+                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, ACC)
+            h_start_next = tl.load(starts + n + 1, mask=_and_below(mask_d, n + 1, n_state), other=0.0)
+            gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0)
+            dBu = dtu * B_n
+            prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dBu), axis=1, combine_fn=_affine)
             hs += prod * h_start[:, None]
             gC_n = _sum(hs * gy, axis=1)  # for an invariant C
             if C_VARIABLE:
                 tl.atomic_add(gC_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(hs * gy, axis=0),
                               mask=mask_t)
+            else:
+                gC_n += tl.load(gC_ptr + slots + n, mask=mask_d, other=0.0)
             hs -= dBu  # now dA_t h_{t-1}
-            dA_next, A_n = _discretize(dt_next, A_ptr, d, n, s_Ad, s_An, mask_d, reset_next, HAS_RESETS, ACC)
-            Cn = _bc_column(C_ptr, pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d,
-                            mask_t, C_VARIABLE, BLOCK_D, BLOCK_T, ACC)
             # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it).
-            prod, g = tl.associative_scan((dA_next, Cn * gy), axis=1, combine_fn=_affine, reverse=True)
+            prod, g = tl.associative_scan((_decay(dt_next, A_n, reset_next, HAS_RESETS), C_n * gy), axis=1,
+                                          combine_fn=_affine, reverse=True)
             g += prod * carry[:, None]
             x = g * hs
             gdt += x * A_n[:, None]
-            gBu += g * Bn
+            gBu += g * B_n
+            gB_n = _sum(g * dtu, axis=1)  # for an invariant B
             if B_VARIABLE:
                 tl.atomic_add(gB_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(g * dtu, axis=0),
                               mask=mask_t)
-            gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0) + _sum(x * dt, axis=1)
-            gB_n = _sum(g * dtu, axis=1)  # for an invariant B
-            if not B_VARIABLE:
+            else:
                 gB_n += tl.load(gB_ptr + slots + n, mask=mask_d, other=0.0)
-            if not C_VARIABLE:
-                gC_n += tl.load(gC_ptr + slots + n, mask=mask_d, other=0.0)
+            gA_n += _sum(x * dt, axis=1)
             carry = tl.exp(dt0 * A_n) * keep0 * _row(g, rows[None, :], 0, 1)
             tl.debug_barrier()  # every thread has read the slots of n before any is written
             tl.store(gh_ptr + slots + n, carry, mask=mask_d)
@@ -428,6 +456,7 @@ def selective_scan_bwd(
                 tl.store(gB_ptr + slots + n, gB_n, mask=mask_d)
             if not C_VARIABLE:
                 tl.store(gC_ptr + slots + n, gC_n, mask=mask_d)
+            A_n, B_n, C_n, carry, h_start = A_next, B_next, C_next, carry_next, h_start_next
         # u and Δ before softplus again rather than held through the loop over states.
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,

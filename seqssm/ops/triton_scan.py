@@ -29,10 +29,13 @@ LINEAR_CHUNK = 32
 SELECTIVE_CHUNK = 64
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
-# (BLOCK_D, num_warps) tried by the selective scan's autotuner (compiled kernels): a program holds
-# (BLOCK_D, SELECTIVE_CHUNK) tiles, 2 or 4 elements of each per thread; with 8, the backward kernel
-# needs over 200 registers. docs/gpu.md has every config's registers and spills.
-SELECTIVE_CONFIGS = [(4, 2), (8, 4), (16, 8), (4, 4), (8, 8)]
+# (BLOCK_D, num_warps) tried by the selective scans' autotuners (compiled kernels): a program holds
+# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * SELECTIVE_CHUNK / (32 * num_warps) elements of each per
+# thread: 2 or 4 in the forward kernel, 2 in the backward one, which holds about twice as many tiles
+# (with 4 it needs 130-180 registers and ptxas spills some configs). docs/gpu.md has every config's
+# registers and spills.
+SELECTIVE_FWD_CONFIGS = [(4, 2), (8, 4), (16, 8), (4, 4), (8, 8)]
+SELECTIVE_BWD_CONFIGS = [(2, 2), (4, 4), (8, 8)]
 # The offsets inside one tile are 32-bit (chunk starts are 64-bit): the launchers refuse strides whose
 # tile would reach past this.
 _INT32_MAX = 2**31 - 1
@@ -50,14 +53,17 @@ def _kernels(interpret: bool):
         triton.knobs.runtime.interpret = interpret
         spec.loader.exec_module(module)
     if not interpret:
-        configs = [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in SELECTIVE_CONFIGS]
+        def configs(pairs):
+            return [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in pairs]
+
         # The best block depends on how many programs there are (rows x channels) and how long each walks.
+        # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
         key = ["tune_rows", "e", "n_state", "tune_length", "B_VARIABLE", "C_VARIABLE"]
-        module.selective_scan_fwd = triton.autotune(configs, key=key)(module.selective_scan_fwd)
+        module.selective_scan_fwd = triton.autotune(
+            configs(SELECTIVE_FWD_CONFIGS), key=key, restore_value=["last_ptr"])(module.selective_scan_fwd)
         module.selective_scan_bwd = triton.autotune(
-            configs, key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"], restore_value=["gh_ptr"])(
-            module.selective_scan_bwd
-        )
+            configs(SELECTIVE_BWD_CONFIGS), key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"],
+            restore_value=["gh_ptr"])(module.selective_scan_bwd)
     return module
 
 
@@ -209,7 +215,6 @@ class _SelectiveScanTriton(torch.autograd.Function):
             starts.new_zeros(batch, groups, n, length) if M.ndim > 2 else starts.new_zeros(per_row) for M in (B, C)
         )
         kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, ctx.softplus)
-        del flags["BLOCK_N"]
         kernels.selective_scan_bwd[grid](
             u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
             starts, grad_y, grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, *sizes, *strides, **flags,
@@ -237,14 +242,13 @@ def _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus):
     c_var, c_strides = _bc_layout(C)
     compute = torch.promote_types(u.dtype, torch.float32)
     flags = dict(B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
-                 HAS_RESETS=resets is not None, BLOCK_N=triton.next_power_of_2(n), BLOCK_T=SELECTIVE_CHUNK,
-                 ACC=_acc(compute))
+                 HAS_RESETS=resets is not None, BLOCK_T=SELECTIVE_CHUNK, ACC=_acc(compute))
     if interpret:
         flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
         grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
     else:
         grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
-    block_d = max(d for d, _ in SELECTIVE_CONFIGS)
+    block_d = max(d for d, _ in SELECTIVE_FWD_CONFIGS + SELECTIVE_BWD_CONFIGS)
     steps = SELECTIVE_CHUNK + 1  # the backward reads Δ and resets one step past the chunk
     _check_tile_offsets("selective_scan", **{
         "u": block_d * abs(u.stride(1)) + steps * abs(u.stride(2)),
@@ -263,15 +267,15 @@ def _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, stor
     n = A.shape[1]
     compute = torch.promote_types(u.dtype, torch.float32)
     y = torch.empty(batch, dim, length, dtype=compute, device=u.device)
-    last = torch.empty(batch, dim, n, dtype=compute, device=u.device)
+    # The kernel carries the state in `last`, from h0 (or zeros) to the last state.
+    last = (h0.to(compute, copy=True).contiguous() if h0 is not None
+            else torch.zeros(batch, dim, n, dtype=compute, device=u.device))
     chunks = triton.cdiv(length, SELECTIVE_CHUNK)
     starts = torch.empty(batch, chunks if store_starts else 0, dim, n, dtype=compute, device=u.device)
-    h0 = h0.to(compute).contiguous() if h0 is not None else None
     kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus)
     kernels.selective_scan_fwd[grid](
         u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
-        h0 if h0 is not None else u, y, starts, last,
-        *sizes, *strides, HAS_H0=h0 is not None, STORE_STARTS=store_starts, **flags,
+        y, starts, last, *sizes, *strides, STORE_STARTS=store_starts, **flags,
     )
     return y, last, starts
 

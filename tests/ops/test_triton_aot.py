@@ -23,10 +23,11 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
     kernels = {(r.launch.kernel_name, r.arch) for r in results}
     assert kernels == {(k, arch) for k in ("selective_scan_fwd", "selective_scan_bwd", "linear_scan_fwd",
                                             "linear_scan_bwd") for arch in (80, 90)}
-    selective = [r for r in results if r.launch.kernel_name.startswith("selective")]
-    from seqssm.ops.triton_scan import SELECTIVE_CONFIGS
+    from seqssm.ops.triton_scan import SELECTIVE_BWD_CONFIGS, SELECTIVE_FWD_CONFIGS
 
-    assert {(r.config["BLOCK_D"], r.config["num_warps"]) for r in selective} == set(SELECTIVE_CONFIGS)
+    for kernel, configs in (("selective_scan_fwd", SELECTIVE_FWD_CONFIGS), ("selective_scan_bwd", SELECTIVE_BWD_CONFIGS)):
+        tried = {(r.config["BLOCK_D"], r.config["num_warps"]) for r in results if r.launch.kernel_name == kernel}
+        assert tried == set(configs)
     assert all(r.registers and r.shared is not None for r in results)
 
 

@@ -10,7 +10,7 @@ triton = pytest.importorskip("triton", reason="triton (the [triton] extra) is no
 import triton.language as tl  # noqa: E402
 
 from seqssm.ops import linear_scan, selective_scan  # noqa: E402
-from seqssm.ops.triton_scan import SELECTIVE_CHUNK, SELECTIVE_CONFIGS  # noqa: E402
+from seqssm.ops.triton_scan import SELECTIVE_BWD_CONFIGS, SELECTIVE_CHUNK  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ def _reverse_affine_scan(a_ptr, b_ptr, out_ptr, BLOCK_D: tl.constexpr, BLOCK_T: 
     tl.store(out_ptr + offs, g)
 
 
-@pytest.mark.parametrize("block_d,warps", SELECTIVE_CONFIGS)
+@pytest.mark.parametrize("block_d,warps", SELECTIVE_BWD_CONFIGS)
 def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
     """g_t = b_t + a_{t+1} g_{t+1}, the adjoint recurrence, as a loop in float64 (the combine is not
     commutative, so a scan in the wrong order or direction fails)."""
