@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory one block may use on an H100 (sm_90)
-REGISTER_LIMIT = 168  # per thread, for the selective scan kernels at N <= 16
+REGISTER_LIMIT = 168  # per thread, selective kernels at N <= 16; they ask ptxas for no more (SELECTIVE_MAX_REGISTERS)
 ARCHS = (80, 90)
 
 
@@ -163,7 +163,7 @@ class Launch:
         configs = getattr(self.kernel, "configs", None)
         if not configs:
             return [{}]
-        return [c.all_kwargs() for c in configs]
+        return [c.all_kwargs() for c in configs]  # BLOCK_D, num_warps, maxnreg, ...
 
     def jit_function(self):
         return self.kernel.fn if hasattr(self.kernel, "configs") else self.kernel

@@ -411,18 +411,14 @@ def selective_scan_bwd(
         bc_off = ((pid_b * (dim // e) + pid_g) * n_state) * length + t0
         starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
         tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
-        A_n, B_n, C_n, carry = _state_inputs(0, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots,
-                                             rows, mask_d, mask_t, s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct,
-                                             B_VARIABLE, C_VARIABLE, ACC)
-        h_start = tl.load(starts, mask=mask_d, other=0.0)
         # Each value is used as soon as it exists, so that few tiles are live at once (registers, not
         # arithmetic, bound this kernel). Past the end Δ = 0, so no masking of g is needed: every term it
         # enters there is multiplied by Δ, by gy (0) or stored under the mask.
         for n in range(n_state):
-            A_next, B_next, C_next, carry_next = _state_inputs(
-                n + 1, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
+            A_n, B_n, C_n, carry = _state_inputs(
+                n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
                 s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, ACC)
-            h_start_next = tl.load(starts + n + 1, mask=_and_below(mask_d, n + 1, n_state), other=0.0)
+            h_start = tl.load(starts + n, mask=mask_d, other=0.0)
             gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0)
             dBu = dtu * B_n
             prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dBu), axis=1, combine_fn=_affine)
@@ -456,7 +452,6 @@ def selective_scan_bwd(
                 tl.store(gB_ptr + slots + n, gB_n, mask=mask_d)
             if not C_VARIABLE:
                 tl.store(gC_ptr + slots + n, gC_n, mask=mask_d)
-            A_n, B_n, C_n, carry, h_start = A_next, B_next, C_next, carry_next, h_start_next
         # u and Δ before softplus again rather than held through the loop over states.
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,

@@ -30,12 +30,14 @@ SELECTIVE_CHUNK = 64
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
 # (BLOCK_D, num_warps) tried by the selective scans' autotuners (compiled kernels): a program holds
-# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * SELECTIVE_CHUNK / (32 * num_warps) elements of each per
-# thread: 2 or 4 in the forward kernel, 2 in the backward one, which holds about twice as many tiles
-# (with 4 it needs 130-180 registers and ptxas spills some configs). docs/gpu.md has every config's
-# registers and spills.
+# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * SELECTIVE_CHUNK / (32 * num_warps) = 2 or 4 elements of
+# each per thread. With 8 the backward kernel needs over 200 registers.
 SELECTIVE_FWD_CONFIGS = [(4, 2), (8, 4), (16, 8), (4, 4), (8, 8)]
-SELECTIVE_BWD_CONFIGS = [(2, 2), (4, 4), (8, 8)]
+SELECTIVE_BWD_CONFIGS = [(4, 2), (8, 4), (2, 2), (4, 4), (8, 8)]
+# Registers per thread the selective kernels may use (ptxas's .maxnreg). Given no budget, ptxas squeezes
+# a kernel that needs a little over 96 or 128 registers down to that count and spills a few bytes to do
+# it; with this one it allocates what the kernel needs (110-165 registers, docs/gpu.md) and spills none.
+SELECTIVE_MAX_REGISTERS = 168
 # The offsets inside one tile are 32-bit (chunk starts are 64-bit): the launchers refuse strides whose
 # tile would reach past this.
 _INT32_MAX = 2**31 - 1
@@ -54,7 +56,7 @@ def _kernels(interpret: bool):
         spec.loader.exec_module(module)
     if not interpret:
         def configs(pairs):
-            return [triton.Config({"BLOCK_D": d}, num_warps=w) for d, w in pairs]
+            return [triton.Config({"BLOCK_D": d}, num_warps=w, maxnreg=SELECTIVE_MAX_REGISTERS) for d, w in pairs]
 
         # The best block depends on how many programs there are (rows x channels) and how long each walks.
         # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
