@@ -90,3 +90,27 @@ def test_the_judge_reports_spills_and_registers():
     result.launch.case = wide
     [problem] = triton_aot.check([result])
     assert "every config spills" in problem
+
+
+def test_the_cuda_benchmark_judges_each_target_in_its_direction():
+    """scripts/bench_scan.py's verdicts on made-up rows: a ratio under the bound is met, over it missed, and
+    a backend that is absent or failed leaves its target unmeasured (never met)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "scripts" / "bench_scan.py"
+    spec = importlib.util.spec_from_file_location("bench_scan", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(shape, resets, backend, ms, op="selective_scan"):
+        return {"op": op, "shape": shape, "resets": resets, "backend": backend, "median_ms": ms, "peak_mb": 1.0}
+
+    rows = [row("mamba130m-2048", False, "triton", 3.0), row("mamba130m-2048", False, "mamba_ssm", 2.5),
+            {**row("mamba130m-8192", False, "mamba_ssm", 0), "median_ms": None, "error": "not installed"},
+            row("mamba130m-2048", True, "triton", 1.0), row("mamba130m-2048", True, "torch", 25.0),
+            row("thesis-4096", True, "triton", 1.0), row("thesis-4096", True, "torch", 15.0),
+            row("s5-ppo", True, "triton", 2.0, "linear_scan"), row("s5-ppo", True, "torch", 1.0, "linear_scan")]
+    del rows[2]["median_ms"]
+    verdicts = {v["target"]: v["status"] for v in bench.judge(rows)}
+    assert list(verdicts.values()) == ["met", "unmeasured", "met", "missed", "missed"]
