@@ -268,6 +268,19 @@ def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, 
 
 
 @triton.jit
+def _bc_grad(ptr, bc_off, slots, n, length, rows, mask_d, mask_t, terms, VARIABLE: tl.constexpr):
+    # The gradient of state n of B or C from its (BLOCK_D, BLOCK_T) terms. A variable one sums over the
+    # channels into (batch, groups, N, L) at bc_off (atomic: channel blocks add up); an invariant one sums
+    # over time and comes back added to its slot, which the caller stores after the barrier.
+    total = _sum(terms, axis=1)
+    if VARIABLE:
+        tl.atomic_add(ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(terms, axis=0), mask=mask_t)
+    else:
+        total += tl.load(ptr + slots + n, mask=mask_d, other=0.0)
+    return total
+
+
+@triton.jit
 def _and_below(mask, n, n_state):
     # mask & (n < n_state) as a tensor (in the interpreter n is a plain int, and int & bool is no mask).
     return mask & (mask.to(tl.int32) * 0 + n < n_state)
@@ -423,12 +436,7 @@ def selective_scan_bwd(
             dBu = dtu * B_n
             prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dBu), axis=1, combine_fn=_affine)
             hs += prod * h_start[:, None]
-            gC_n = _sum(hs * gy, axis=1)  # for an invariant C
-            if C_VARIABLE:
-                tl.atomic_add(gC_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(hs * gy, axis=0),
-                              mask=mask_t)
-            else:
-                gC_n += tl.load(gC_ptr + slots + n, mask=mask_d, other=0.0)
+            gC_n = _bc_grad(gC_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, hs * gy, C_VARIABLE)
             hs -= dBu  # now dA_t h_{t-1}
             # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it).
             prod, g = tl.associative_scan((_decay(dt_next, A_n, reset_next, HAS_RESETS), C_n * gy), axis=1,
@@ -437,12 +445,7 @@ def selective_scan_bwd(
             x = g * hs
             gdt += x * A_n[:, None]
             gBu += g * B_n
-            gB_n = _sum(g * dtu, axis=1)  # for an invariant B
-            if B_VARIABLE:
-                tl.atomic_add(gB_ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(g * dtu, axis=0),
-                              mask=mask_t)
-            else:
-                gB_n += tl.load(gB_ptr + slots + n, mask=mask_d, other=0.0)
+            gB_n = _bc_grad(gB_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, g * dtu, B_VARIABLE)
             gA_n += _sum(x * dt, axis=1)
             carry = tl.exp(dt0 * A_n) * keep0 * _row(g, rows[None, :], 0, 1)
             tl.debug_barrier()  # every thread has read the slots of n before any is written
