@@ -67,10 +67,10 @@ def _selective_call(case: Case) -> None:
     param = torch.float64 if dt == torch.float64 else torch.float32
     grad = case.grad
 
-    def seq(*shape):
-        x = _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=grad).transpose(-1, -2) \
-            if "channels_last" in f else _leaf(*shape, dtype=dt, grad=grad)
-        return x
+    def seq(*shape):  # (..., L) in memory order (..., L, channels) when channels_last, as S6 passes it
+        if "channels_last" in f:
+            return _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=grad).transpose(-1, -2)
+        return _leaf(*shape, dtype=dt, grad=grad)
 
     bc = (b, n, length) if groups == 0 else (b, groups, n, length)
     B = _leaf(d, n, dtype=param, grad=grad) if "B_invariant" in f else seq(*bc)
@@ -128,10 +128,10 @@ def cases(tier: str = "quick") -> list[Case]:
         return quick
     full = list(quick)
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-        for n_state, shape in ((16, THESIS), (16, MAMBA_130M), (64, WIDE_STATE)):
+        for shape in (THESIS, MAMBA_130M, WIDE_STATE):
             for flags in (frozenset(), frozenset({"state", "resets"}), frozenset({"B_invariant", "C_invariant"}),
                           frozenset({"channels_last", "mask"})):
-                full.append(Case(f"S6 {dtype} N={n_state} {'+'.join(sorted(flags)) or 'plain'}", "selective",
+                full.append(Case(f"S6 {dtype} N={shape['N']} {'+'.join(sorted(flags)) or 'plain'}", "selective",
                                  dtype, shape, flags))
     full += [
         Case("S6 groups, invariant B", "selective", torch.float32, {**MAMBA_130M, "groups": 4},
