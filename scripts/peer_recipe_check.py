@@ -228,9 +228,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--root", default=None, help="trainer.default_root_dir of the recipe run (default: a new "
                                                 "temporary folder, removed afterwards)")
     p.add_argument("--json", default=None, help="also write the results to this file")
-    p.add_argument("overrides", nargs="*", help="more `seqssm fit` options for the recipe, e.g. "
-                                                "--model.init_args.lr=0.005")
-    args = p.parse_args(argv)
+    p.epilog = "Other options go to the recipe's `seqssm fit`, e.g. --model.init_args.lr 0.005."
+    args, args.overrides = p.parse_known_args(argv)
     if args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
     if args.threads < 1:
