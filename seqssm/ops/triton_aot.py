@@ -157,6 +157,14 @@ class Launch:
     args: tuple
     kwargs: dict
     case: Case
+    # Further cases that launch the very same compile (N, for one, is a loop bound, not a constexpr).
+    also: list = dataclasses.field(default_factory=list)
+
+    def cases(self) -> list[Case]:
+        return [self.case, *self.also]
+
+    def cases_name(self) -> str:
+        return self.case.name + (f" (and {len(self.also)} more)" if self.also else "")
 
     def configs(self) -> list[dict]:
         """The launch's keyword sets, one per autotune config (one for a plain JITFunction)."""
@@ -330,7 +338,9 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
     variants: dict[tuple, Launch] = {}
     for case in case_list:
         for launch in capture(case):
-            variants.setdefault(launch.variant(), launch)
+            first = variants.setdefault(launch.variant(), launch)
+            if first is not launch:
+                first.also.append(case)
     results = []
     with tempfile.TemporaryDirectory() as cache, triton.knobs.cache.scope():
         triton.knobs.cache.dir = cache
@@ -350,25 +360,25 @@ def check(results: list[Result]) -> list[str]:
     """What breaks the rules (module docstring), one line each; empty when all hold."""
     problems = []
     for r in results:
-        where = f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.case.name})"
+        where = f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()})"
         if r.error:
             problems.append(f"{where}: does not compile: {r.error}")
         elif r.shared > SHARED_LIMIT:
             problems.append(f"{where}: {r.shared} bytes of shared memory, over {SHARED_LIMIT}")
     strict = [r for r in results if _is_selective(r) and not r.error and r.launch.case.dtype != torch.float64]
     for r in strict:
-        if r.launch.case.sizes["N"] <= 16 and (r.registers > REGISTER_LIMIT or r.spills()):
-            problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.case.name}): "
+        if min(c.sizes["N"] for c in r.launch.cases()) <= 16 and (r.registers > REGISTER_LIMIT or r.spills()):
+            problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
                             f"(at N <= 16: at most {REGISTER_LIMIT} registers, no spills)")
     wide: dict[tuple, list[Result]] = {}
     for r in strict:
-        if r.launch.case.sizes["N"] > 16:
+        if max(c.sizes["N"] for c in r.launch.cases()) > 16:
             wide.setdefault((r.arch, r.launch.variant()), []).append(r)
     for (arch, _), group in wide.items():
         if all(r.spills() for r in group):
             r = group[0]
-            problems.append(f"sm_{arch} {r.launch.kernel_name} ({r.launch.case.name}): every config spills")
+            problems.append(f"sm_{arch} {r.launch.kernel_name} ({r.launch.cases_name()}): every config spills")
     return problems
 
 
@@ -378,12 +388,24 @@ def table(results: list[Result]) -> str:
              "| shared (bytes) | compile s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.error:
-            lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.case.name} | {r.config_name()} | "
+            lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.cases_name()} | {r.config_name()} | "
                          f"error: {r.error} | | | | {r.seconds:.1f} |")
             continue
         spills = "n/a" if r.spill_stores is None else f"{r.spill_stores} / {r.spill_loads}"
-        lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.case.name} | {r.config_name()} | "
+        lines.append(f"| sm_{r.arch} | {r.launch.kernel_name} | {r.launch.cases_name()} | {r.config_name()} | "
                      f"{r.registers} | {spills} | {r.stack} | {r.shared} | {r.seconds:.1f} |")
+    return "\n".join(lines)
+
+
+def shared_compiles(results: list[Result]) -> str:
+    """Markdown lines naming, for each compile that serves several cases, every case it serves."""
+    seen, lines = set(), []
+    for r in results:
+        key = r.launch.variant()
+        if r.launch.also and key not in seen:
+            seen.add(key)
+            lines.append(f"- {r.launch.kernel_name}, {r.launch.case.name}: also "
+                         + "; ".join(c.name for c in r.launch.also))
     return "\n".join(lines)
 
 
@@ -409,7 +431,9 @@ def main(argv=None) -> int:
     text = table(results)
     line = summary(results, problems)
     if args.markdown:
-        _write_table(args.markdown, f"{line}\n\n{text}")
+        shared = shared_compiles(results)
+        _write_table(args.markdown, f"{line}\n\n{text}" + (f"\n\nCompiles that serve several cases:\n\n{shared}"
+                                                             if shared else ""))
     else:
         print(text)
     for p in problems:

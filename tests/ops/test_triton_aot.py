@@ -87,7 +87,10 @@ def test_the_judge_reports_spills_and_registers():
     [problem] = triton_aot.check([result])
     assert "no spills" in problem
     wide = triton_aot.Case("spilling at N=64", "selective", torch.float32, dict(N=64))
-    result.launch.case = wide
+    result.launch.also = [wide]  # one compile serving N = 16 and N = 64: both rules apply
+    problems = triton_aot.check([result])
+    assert len(problems) == 2 and "no spills" in problems[0] and "every config spills" in problems[1]
+    result.launch.case, result.launch.also = wide, []
     [problem] = triton_aot.check([result])
     assert "every config spills" in problem
 
