@@ -20,7 +20,19 @@ def make_ssp(config: SSPConfig, d_model: int, **kwargs) -> nn.Module:
     layer = build_layer(config.layer, d_model, config.d_state, **config.layer_arguments(), **kwargs)
     if config.lr_scale is not None:
         set_ssm_lr_scale(layer, config.lr_scale)
+    for name in config.plain_params:
+        untag_ssm(layer, name)
     return layer if config.rope is None else RotarySSP(layer, **config.rope)
+
+
+def untag_ssm(layer: nn.Module, name: str) -> None:
+    """Train `layer`'s SSM parameter `name` as an ordinary weight (full lr, the run's weight decay): drop its tag."""
+    param = layer._parameters.get(name)
+    tagged = sorted(n for n, p in layer.named_parameters(recurse=False) if getattr(p, "_optim", {}).get("ssm"))
+    if param is None or not getattr(param, "_optim", {}).get("ssm"):
+        raise ValueError(f"plain_params: {type(layer).__name__} has no SSM parameter {name!r}; its SSM parameters "
+                         f"are {tagged}")
+    del param._optim
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:

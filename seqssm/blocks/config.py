@@ -43,6 +43,8 @@ class SSPConfig:
     S6: mamba_ssm's, A_n = -(n + 1)), or "thesis" (Ulbaek 2024 thesis, 12.2.4) for S4, S4D and S6 (`THESIS_INIT`): Δ
     uniform in (0.001, 0.1) for S4 / S4D, S6's A = Re Λ of the LegS DPLR form (-1/2); B (LegS), C ~ N(0, 1) and D = 1
     as by default. S6's B, C and Δ come from its input projections either way (12.2.4 says so too).
+    plain_params: names of the layer's SSM parameters to train as ordinary weights instead (the full learning
+    rate and the run's weight decay), e.g. ("C",): S4's published code tags only A, B and Δ, and trains C so.
     """
 
     layer: str = "s6"
@@ -51,6 +53,7 @@ class SSPConfig:
     rope: dict[str, Any] | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
     init: str = "default"
+    plain_params: tuple[str, ...] = ()
 
     def __post_init__(self):
         layer_entry(self.layer)  # an unknown name fails here, listing the registered layers
@@ -65,6 +68,10 @@ class SSPConfig:
         if self.rope is not None:
             object.__setattr__(self, "rope", {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope.items()})
         object.__setattr__(self, "layer_kwargs", dict(self.layer_kwargs or {}))
+        plain = (self.plain_params,) if isinstance(self.plain_params, str) else tuple(self.plain_params or ())
+        if not all(isinstance(name, str) and name for name in plain):
+            raise ValueError(f"SSPConfig.plain_params must be parameter names, got {self.plain_params!r}")
+        object.__setattr__(self, "plain_params", plain)
         self.layer_arguments()  # a layer_kwargs entry that contradicts `init` fails here
 
     def layer_arguments(self) -> dict[str, Any]:
@@ -156,7 +163,7 @@ class SimpleBlockConfig(BlockConfig):
 BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig)}
 # flat name of the one-level config of earlier versions -> SSPConfig field (block fields kept their names)
 FLAT_SSP_NAMES = {"ssp": "layer", "d_state": "d_state", "ssp_lr_scale": "lr_scale", "rope": "rope",
-                  "ssp_kwargs": "layer_kwargs", "ssp_init": "init"}
+                  "ssp_kwargs": "layer_kwargs", "ssp_init": "init", "ssp_plain_params": "plain_params"}
 
 
 def _field_names(cls) -> set[str]:

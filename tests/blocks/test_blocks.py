@@ -216,3 +216,34 @@ def test_mamba_dropout_at_the_ssp_input_drops_whole_features_of_the_conv_input()
     assert dropped.any() and (~dropped).any() and not ((xi == 0) & ~dropped[..., None]).any()
     with pytest.raises(ValueError, match="dropout_position"):
         MambaBlockConfig(dropout_position="after_gate")
+
+
+@pytest.mark.parametrize("name", ["simple-s4d", "simple-s4", "mamba-s4d", "mamba-s4-bi"])
+def test_plain_params_train_as_ordinary_weights(name):
+    """ssp_plain_params=["C"] drops C's SSM tag (full lr, the run's weight decay), as S4's published code trains C;
+    the other SSM parameters keep theirs, and the setting survives a config round trip."""
+    import json
+
+    from seqssm.models import SequenceModelConfig, build
+    from seqssm.optim import param_groups
+
+    model = build(name, d_input=1, n_classes=3, d_model=8, n_layers=2, d_state=4, ssp_plain_params=["C"])
+    cs = [p for n, p in model.named_parameters() if n.endswith(".C")]
+    assert cs and all(not hasattr(p, "_optim") for p in cs)
+    groups = {(g["lr"], g["weight_decay"]): {id(p) for p in g["params"]} for g in param_groups(model, 0.01, 0.05)}
+    assert all(id(p) in groups[(0.01, 0.05)] for p in cs)
+    assert any(n.endswith(".log_dt") for n, p in model.named_parameters() if id(p) in groups[(0.001, 0.0)])
+    config = model.config
+    assert config.block.ssp.plain_params == ("C",)
+    assert SequenceModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    default = build(name, d_input=1, n_classes=3, d_model=8, n_layers=1, d_state=4)
+    assert all(p._optim["ssm"] for n, p in default.named_parameters() if n.endswith(".C"))
+
+
+def test_plain_params_name_a_tagged_parameter():
+    from seqssm.models import build
+
+    with pytest.raises(ValueError, match=r"S6 has no SSM parameter 'C'; its SSM parameters are \['A_log'\]"):
+        build("mamba-s6", d_input=1, n_classes=3, d_model=8, n_layers=1, ssp_plain_params=["C"])
+    with pytest.raises(ValueError, match="plain_params must be parameter names"):
+        build("simple-s4d", d_input=1, n_classes=3, d_model=8, n_layers=1, ssp_plain_params=[3])

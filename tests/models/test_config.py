@@ -59,7 +59,7 @@ def test_new_folders_and_checkpoints_hold_the_nested_config(tmp_path):
     assert meta["model"]["block"]["kind"] == "mamba" and meta["model"]["block"]["placebo"] is True
     assert meta["model"]["block"]["ssp"] == {"layer": "s4d", "d_state": 4, "lr_scale": 0.05,
                                              "rope": {"base": 10.0, "targets": ["x"]}, "layer_kwargs": {},
-                                             "init": "default"}
+                                             "init": "default", "plain_params": []}
     loaded = SequenceModel.from_pretrained(tmp_path / "folder")
     assert loaded.config == model.config and isinstance(loaded.config.block, MambaBlockConfig)
     assert SequenceModelConfig.from_dict(json.loads(json.dumps(model.config.to_dict()))) == model.config
