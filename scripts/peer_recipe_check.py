@@ -4,17 +4,19 @@ The peer is the model that the S4 authors' `example.py` (state-spaces/s4) trains
 a linear encoder, `n_layers` post-norm residual blocks around their minimal S4D layer, mean pooling and a
 linear decoder, trained with AdamW whose SSM parameters (A, Δ) train at lr 0.001 without weight decay,
 and a cosine schedule to 0. Its S4D layer is written here from the S4D paper (Gu, Gupta, Goel, Ré 2022,
-"On the Parameterization and Initialization of Diagonal State Space Models", 3.2 the Vandermonde kernel
-of the ZOH-discretised diagonal SSM with B = 1, 4 the S4D-Lin initialisation A_n = -1/2 + iπn), not
-copied; `tests/scripts/test_peer_recipe_check.py` checks its kernel and outputs against seqssm's own S4D
-on shared parameters. example.py steps its cosine once per epoch over 100 epochs; for runs shorter than an
-epoch the peer here steps it once per optimizer step over the run, the same curve at this length.
+"On the Parameterization and Initialization of Diagonal State Space Models": section 3, the Vandermonde
+kernel of the ZOH-discretised diagonal SSM with B = 1; section 4, the S4D-Lin initialisation A_n = -1/2 + iπn),
+not copied; `tests/scripts/test_peer_recipe_check.py` checks its kernel and outputs against seqssm's own S4D
+on shared parameters. Checked once by hand against the published module (state-spaces/s4 models/s4/s4d.py,
+shared parameters, float64): the same kernel and outputs to the last bit; that code is not shipped here.
+example.py steps its cosine once per epoch over 100 epochs; for runs shorter than an epoch the peer here
+steps it once per optimizer step over the run, the same curve at this length.
 
     python scripts/peer_recipe_check.py --recipe recipes/smnist/cpu/simple-s4d.yaml --data_dir data/mnist \\
         --steps 600 --threads 1 --seed 0
 
-Both models see the recipe's DataModule (the same files, split, permutation and batch size); each is then
-scored on the whole test split. Output: one line per model (test accuracy, training seconds), and with
+Both models see the recipe's DataModule (the same files, split, permutation and batch size; each shuffles with
+its own generator); each is then scored on the whole test split. Output: one line per model (test accuracy, training seconds), and with
 --json a file holding both.
 """
 
