@@ -44,7 +44,7 @@ class SSPConfig:
     uniform in (0.001, 0.1) for S4 / S4D, S6's A = Re Λ of the LegS DPLR form (-1/2); B (LegS), C ~ N(0, 1) and D = 1
     as by default. S6's B, C and Δ come from its input projections either way (12.2.4 says so too).
     plain_params: names of the layer's SSM parameters to train as ordinary weights instead (the full learning
-    rate and the run's weight decay), e.g. ("C",): S4's published code tags only A, B and Δ, and trains C so.
+    rate and the run's weight decay), e.g. ["C"]: S4's published code tags only A, B and Δ, and trains C so.
     """
 
     layer: str = "s6"
@@ -53,7 +53,7 @@ class SSPConfig:
     rope: dict[str, Any] | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
     init: str = "default"
-    plain_params: tuple[str, ...] = ()
+    plain_params: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         layer_entry(self.layer)  # an unknown name fails here, listing the registered layers
@@ -71,7 +71,7 @@ class SSPConfig:
         plain = (self.plain_params,) if isinstance(self.plain_params, str) else tuple(self.plain_params or ())
         if not all(isinstance(name, str) and name for name in plain):
             raise ValueError(f"SSPConfig.plain_params must be parameter names, got {self.plain_params!r}")
-        object.__setattr__(self, "plain_params", plain)
+        object.__setattr__(self, "plain_params", list(plain))  # a list, as JSON gives it back
         self.layer_arguments()  # a layer_kwargs entry that contradicts `init` fails here
 
     def layer_arguments(self) -> dict[str, Any]:

@@ -234,8 +234,9 @@ def test_plain_params_train_as_ordinary_weights(name):
     assert all(id(p) in groups[(0.01, 0.05)] for p in cs)
     assert any(n.endswith(".log_dt") for n, p in model.named_parameters() if id(p) in groups[(0.001, 0.0)])
     config = model.config
-    assert config.block.ssp.plain_params == ("C",)
-    assert SequenceModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert config.block.ssp.plain_params == ["C"]
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    assert SequenceModelConfig.from_dict(config.to_dict()) == config
     default = build(name, d_input=1, n_classes=3, d_model=8, n_layers=1, d_state=4)
     assert all(p._optim["ssm"] for n, p in default.named_parameters() if n.endswith(".C"))
 

@@ -82,7 +82,7 @@ def test_recipe_builds(recipe, monkeypatch, imdb_dir):
         assert block.ssp.init == "default" and block.dropout == 0.1
         assert block.ssp.layer != "s4d" or block.ssp.layer_kwargs == {"init": "lin"}
         # S4's code trains C at the full lr (it tags A, B, Δ only); S6's C comes from a projection
-        assert block.ssp.plain_params == (() if block.ssp.layer == "s6" else ("C",))
+        assert block.ssp.plain_params == ([] if block.ssp.layer == "s6" else ["C"])
         assert (hp.lr, hp.weight_decay, hp.min_lr_ratio, hp.warmup_steps) == (0.01, 0.0, 0.0, 0)
         assert data.batch_size == 64 and data.val_fraction == 0.1
         assert (data.permutation is not None) == ("permuted" in recipe)
