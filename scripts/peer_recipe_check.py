@@ -197,7 +197,11 @@ def recipe_cli(recipe: str, data_dir: str, steps: int, seed: int, root: str, ext
             "--trainer.default_root_dir", root, "--trainer.enable_progress_bar", "false",
             "--trainer.enable_model_summary", "false", "--trainer.logger", "false",
             "--trainer.limit_val_batches", "0", *extra]
-    return make_cli(args, run=False)
+    argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI gets `args` only (it warns when it also sees this script's)
+    try:
+        return make_cli(args, run=False)
+    finally:
+        sys.argv = argv
 
 
 def train_recipe(cli, steps: int) -> dict:
