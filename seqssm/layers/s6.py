@@ -87,16 +87,18 @@ class S6(ChannelsFirstLayer):
         device = device or self.A_log.device
         return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or self._ssm_dtype)
 
+    def _project_channels_first(self, x):
+        """x (B, d_model, L) -> Δ before bias (B, d_model, L), B, C (B, d_state, L)."""
+        return (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
+
     def _scan_channels_first(self, x, state, resets, mask):
         """x (B, d_model, L), state (B, d_model, d_state) or None, resets / mask (B, L) -> (y (B, d_model, L),
         final state): `scan` in the layout of the selective scan."""
-        delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
-        return self.scan_projected(x, delta, B, C, state, resets, mask)
+        return self.scan_projected(x, *self._project_channels_first(x), state, resets, mask)
 
     def _forward_channels_first(self, x):
         # No final state is asked for, so the scan need not keep one with a gradient (mamba_ssm's cannot).
-        delta, B, C = (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
-        return self._selective(x, delta, B, C, None, None, None, return_state=False)[0]
+        return self._selective(x, *self._project_channels_first(x), None, None, None, return_state=False)[0]
 
     def _widen(self, u: torch.Tensor) -> torch.Tensor:
         """u in float64 when the layer is float64 (the selective scan computes in u's precision, at least float32)."""

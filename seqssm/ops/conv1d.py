@@ -26,11 +26,6 @@ def causal_conv1d_package():
     return optional_function("causal_conv1d", "causal_conv1d_fn")
 
 
-def has_causal_conv1d() -> bool:
-    """True when the function the "causal_conv1d" backend calls loads."""
-    return causal_conv1d_package()[0] is not None
-
-
 def _check(x, weight, bias, initial_state, resets):
     if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[1]:
         raise InputShapeError(f"causal_conv1d: need x (batch, dim, L) and weight (dim, K); "
@@ -150,7 +145,6 @@ def causal_conv1d_step(x_t, state, weight, bias=None):
     return y, window[..., 1:]
 
 
-register(Backend("causal_conv1d", "reference", causal_conv1d_reference, auto_devices=NEVER))
 def _causal_conv1d_package_check(call: Call) -> str | None:
     """What the package's kernel requires (its own checks raise mid-model otherwise): widths 2 to 4, x
     contiguous along time or along channels, and channels-last x with channels and strides in multiples of 8."""
@@ -168,6 +162,7 @@ def _causal_conv1d_package_check(call: Call) -> str | None:
     return None
 
 
+register(Backend("causal_conv1d", "reference", causal_conv1d_reference, auto_devices=NEVER))
 register(Backend("causal_conv1d", "causal_conv1d", _causal_conv1d_package, devices=CUDA, auto_devices=CUDA,
                  dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), initial_state=False, resets=False,
                  available=lambda: causal_conv1d_package()[1], check=_causal_conv1d_package_check))

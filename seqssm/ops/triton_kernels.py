@@ -455,8 +455,9 @@ def selective_scan_bwd(
                 tl.store(gB_ptr + slots + n, gB_n, mask=mask_d)
             if not C_VARIABLE:
                 tl.store(gC_ptr + slots + n, gC_n, mask=mask_d)
-        # u and Δ before softplus again rather than held through the loop over states.
-        u, dt, raw, reset = _chunk_inputs(
+        # u and Δ before softplus loaded again rather than held through the loop over states (Δ itself is held,
+        # so the Δ recomputed here goes unused and is not computed).
+        u, _, raw, _ = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         gdt += u * gBu
