@@ -209,8 +209,8 @@ def linear_scan_bwd(
 # invariant one (dim, N); strides of absent axes are 0. y, states, gradients: contiguous, in ACC.
 # Grid: batch x groups x channel blocks of BLOCK_D within a group of e = dim / groups channels,
 # flattened. A program's tiles are 2-D, (channels, time): the state index n is a loop inside each
-# chunk, so registers do not grow with N; the (BLOCK_D, N) state is carried across chunks as one
-# tile whose column n is read and written with masks.
+# chunk, so registers do not grow with N; what is carried per (channel, n) across chunks lives in the
+# kernel's (batch, dim, N) outputs ("slots"), each read and written by its own program only.
 
 
 @triton.jit
@@ -257,7 +257,8 @@ def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, 
                   s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr,
                   ACC: tl.constexpr):
     # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,); zeros past
-    # the last state. Loaded one state ahead, so that their latency hides behind the previous state's scans.
+    # the last state. The forward loads them one state ahead, so that their latency hides behind the
+    # previous state's scans (the backward, short of registers, does not).
     mask_d = _and_below(mask_d, n, n_state)
     mask_t = _and_below(mask_t, n, n_state)
     A_n = tl.load(A_ptr + d * s_Ad + n * s_An, mask=mask_d, other=0.0).to(ACC)
@@ -296,7 +297,7 @@ def _decay(dt, A_n, reset, HAS_RESETS: tl.constexpr):
 
 
 @triton.jit
-def _chunk_inputs(u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
+def _chunk_inputs(u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
                   s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
                   HAS_RESETS: tl.constexpr, ACC: tl.constexpr):
     # u, Δ, Δ before softplus (BLOCK_D, BLOCK_T) and resets (BLOCK_T,) of the chunk starting at t0 (int64).
@@ -336,7 +337,7 @@ def selective_scan_fwd(
         t0 = tl.cast(c * BLOCK_T, tl.int64)
         mask_t = c * BLOCK_T + rows < length
         u, dt, raw, reset = _chunk_inputs(
-            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
+            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         dtu = dt * u
         y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)
@@ -400,13 +401,13 @@ def selective_scan_bwd(
         mask_t = c * BLOCK_T + rows < length
         mask_dt = mask_d[:, None] & mask_t[None, :]
         u, dt, raw, reset = _chunk_inputs(
-            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
+            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         # Δ and resets one step later inside the chunk; Δ = 0 (so dA_{t+1} = 1) in the last row and past the
         # end, where the carry enters.
         u_next, dt_next, raw_next, reset_next = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
-            (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length), length,
+            (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         out_off = (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :]
         gy = tl.load(gy_ptr + out_off, mask=mask_dt, other=0.0).to(ACC)
@@ -458,7 +459,7 @@ def selective_scan_bwd(
         # u and Δ before softplus loaded again rather than held through the loop over states (Δ itself is held,
         # so the Δ recomputed here goes unused and is not computed).
         u, _, raw, _ = _chunk_inputs(
-            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t, length,
+            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         gdt += u * gBu
         if SOFTPLUS:
