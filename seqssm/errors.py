@@ -9,6 +9,7 @@ This module imports nothing from seqssm, so every part of the package may raise 
 
 from __future__ import annotations
 
+import operator
 import pickle
 import signal
 from pathlib import Path
@@ -42,6 +43,18 @@ class UsageError(SeqssmError):
 
 class ConfigError(SeqssmError, ValueError):
     """A setting of a task or an RL run is invalid: the message names the option, the value given and what is valid."""
+
+
+def check_int(where: str, name: str, value, minimum: int = 1) -> int:
+    """`value` as an int if it is one (numpy ints too, bool not) and >= `minimum`, else ConfigError
+    "WHERE: NAME must be an integer >= MINIMUM, got VALUE": the size checks of constructors, generators and runs."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise ConfigError(f"{where}: {name} must be an integer >= {minimum}, got {value!r}")
+    return number
 
 
 class RecipeError(SeqssmError, ValueError):
@@ -117,6 +130,10 @@ class InputShapeError(SeqssmError, ValueError):
 
 class InputDtypeError(SeqssmError, TypeError):
     """A tensor of a dtype that is not taken here; the message names the dtypes taken and the cast that fixes it."""
+
+
+class NonFiniteInputError(SeqssmError, ValueError):
+    """An input holds NaN or inf where one bad step would spoil every output; the message names the first one."""
 
 
 # -- models, training, studies --------------------------------------------------------------------------------------
