@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from seqssm.layers.base import check_sizes
 from seqssm.layers.registry import layer_entry
 
 
@@ -145,6 +146,7 @@ class MambaBlockConfig(BlockConfig):
             raise ValueError(f"dropout_position must be one of {DROPOUT_POSITIONS}, got {self.dropout_position!r}")
         if self.bidirectional and self.placebo:
             raise ValueError("choose at most one of bidirectional and placebo")
+        check_sizes("MambaBlockConfig", expand=self.expand, d_conv=self.d_conv)
         if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
             raise ValueError(f"dt_rank must be 'auto' or a positive integer, got {self.dt_rank!r}")
 

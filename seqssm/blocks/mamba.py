@@ -14,7 +14,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
-from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
+from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, check_sizes, mask_outputs, non_causal_error
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
@@ -75,6 +75,7 @@ class MambaBlock(SequenceLayer):
         config = MambaBlockConfig() if config is None else config
         if not isinstance(config, MambaBlockConfig):
             raise TypeError(f"MambaBlock takes a MambaBlockConfig, got {type(config).__name__}")
+        check_sizes("MambaBlock", d_model=d_model)
         d_inner = config.expand * d_model
         self.d_model, self.d_inner = d_model, d_inner
         self.bidirectional, self.placebo = config.bidirectional, config.placebo

@@ -7,6 +7,7 @@ from torch import nn
 
 from seqssm.blocks.common import FeatureDropout, WrapperBlock, make_norm, make_ssp
 from seqssm.blocks.config import SimpleBlockConfig
+from seqssm.layers.base import check_sizes
 
 
 class SimpleBlock(WrapperBlock):
@@ -21,6 +22,7 @@ class SimpleBlock(WrapperBlock):
         config = SimpleBlockConfig() if config is None else config
         if not isinstance(config, SimpleBlockConfig):
             raise TypeError(f"SimpleBlock takes a SimpleBlockConfig, got {type(config).__name__}")
+        check_sizes("SimpleBlock", d_model=d_model)
         self.ssp = make_ssp(config.ssp, d_model)
         self.dropout = FeatureDropout(config.dropout)
         self.glu = nn.Linear(d_model, 2 * d_model)

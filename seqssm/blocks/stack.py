@@ -11,7 +11,7 @@ from seqssm.blocks.common import make_norm
 from seqssm.blocks.config import BlockConfig, block_config
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.simple import SimpleBlock
-from seqssm.layers.base import SequenceLayer, mask_outputs, non_causal_error
+from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs, non_causal_error
 
 BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock}
 
@@ -70,6 +70,7 @@ def make_stack(block: str | BlockConfig, d_model: int, n_layers: int, **changes:
     block: a block config, or a kind ("mamba", "simple") for its defaults; changes: fields or flat names
     that `seqssm.blocks.block_config` takes, e.g. make_stack("mamba", 64, 2, ssp="s4d", d_state=16, dropout=0.1).
     """
+    check_sizes("make_stack", d_model=d_model, n_layers=n_layers)
     config = block_config(block, **changes)
     layers = [BLOCKS[config.kind](d_model, config) for _ in range(n_layers)]
     norm_f = make_norm(d_model, config.rms_norm, config.norm_eps) if config.final_norm else nn.Identity()

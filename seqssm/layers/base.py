@@ -14,13 +14,14 @@ A state is a tensor or a (nested) tuple of tensors; its leading dimension is the
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from seqssm.errors import InputDtypeError, InputShapeError
+from seqssm.errors import InputDtypeError, InputShapeError, check_int
 from seqssm.ops.checks import check_flags, check_floating
 from seqssm.optim import SSM_LR_SCALE, tag_ssm
 
@@ -104,6 +105,27 @@ def step_system(layer: nn.Module, build: Callable[[torch.dtype], Any], dtype: to
     return cache[key]
 
 
+def check_sizes(where: str, minimum: int = 1, **sizes) -> None:
+    """Refuse any of `sizes` (name=value, None skipped) that is not an integer >= `minimum`: a ConfigError naming
+    `where` (the class), the argument and its value, before a zero width turns into a ZeroDivisionError or an
+    empty reduction deep inside an initialisation."""
+    for name, value in sizes.items():
+        if value is not None:
+            check_int(where, name, value, minimum)
+
+
+def _checked_initial_state(initial_state: Callable) -> Callable:
+    """`initial_state` refusing a batch_size that is not an integer >= 0 (before torch.zeros(-1) does)."""
+
+    @functools.wraps(initial_state)
+    def checked(self, batch_size, *args, **kwargs):
+        check_int(f"{type(self).__name__}.initial_state", "batch_size", batch_size, minimum=0)
+        return initial_state(self, batch_size, *args, **kwargs)
+
+    checked.checks_batch_size = True
+    return checked
+
+
 def _kind(dtype: torch.dtype) -> str:
     return "complex" if dtype.is_complex else "floating" if dtype.is_floating_point else "bool" if dtype == torch.bool \
         else "integer"
@@ -167,10 +189,18 @@ class SequenceLayer(nn.Module):
     batch when None). Then they run the subclass's `_forward`, `_scan` and `_step` on checked inputs. Calls that
     a layer makes on the layers inside it skip the checks: the outermost call has checked what they derive from.
     Outputs come back in x's dtype; SSM recurrences run in `compute_dtype` (at least float32).
-    `d_model` is D, the channel count of x (a module without it skips the width check).
+    `d_model` is D, the channel count of x (a module without it skips the width check). Each subclass's
+    `initial_state` refuses a batch_size that is not an integer >= 0 (added by `__init_subclass__`).
     """
 
     causal = True
+
+    def __init_subclass__(cls, **kwargs):
+        # Every layer, block and stack defines its own initial_state; each gets the batch_size check here, once.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("initial_state")
+        if own is not None and not getattr(own, "checks_batch_size", False):
+            cls.initial_state = _checked_initial_state(own)
 
     # ----------------------------------------------------------------------------- the public calls
 

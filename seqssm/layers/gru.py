@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call, where_state
+from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs, promoted_call, where_state
 
 
 class GRU(SequenceLayer):
@@ -22,6 +22,7 @@ class GRU(SequenceLayer):
 
     def __init__(self, d_model: int, d_hidden: int | None = None):
         super().__init__()
+        check_sizes("GRU", d_model=d_model, d_hidden=d_hidden)
         self.d_model, self.d_hidden = d_model, d_hidden or d_model
         self.gru = nn.GRU(d_model, self.d_hidden, batch_first=True)
         self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, compute_dtype, full_precision, mask_outputs, mask_recurrence, promoted_call, step_system
+    SequenceLayer, check_sizes, compute_dtype, full_precision, mask_outputs, mask_recurrence, promoted_call,
+    step_system
 )
 from seqssm.ops.associative import associative_scan, mobius_compose
 from seqssm.ops.linear import linear_scan
@@ -60,6 +61,7 @@ class KalmanLayer(SequenceLayer):
         backend: str = "auto",
     ):
         super().__init__()
+        check_sizes(type(self).__name__, d_model=d_model, d_state=d_state)
         if init_var <= 0:
             raise ValueError(f"init_var must be positive, got {init_var}")
         self.d_model, self.d_state, self.init_var = d_model, d_state, init_var

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+    SequenceLayer, check_sizes, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
 )
 from seqssm.layers.hippo import hippo_legs, log_dt_init
 from seqssm.ops.fftconv import fft_conv
@@ -43,6 +43,7 @@ class LSSL(SequenceLayer):
         self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1, fixed: bool = False
     ):
         super().__init__()
+        check_sizes(type(self).__name__, d_model=d_model, d_state=d_state)
         self.d_model, self.d_state, self.fixed = d_model, d_state, fixed
         A, B = hippo_legs(d_state, torch.float32)
         for name, value in (("A", A), ("B", B), ("log_dt", log_dt_init(d_model, dt_min, dt_max))):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, compute_dtype, mask_outputs, mask_recurrence, promoted_call
+from seqssm.layers.base import SequenceLayer, check_sizes, compute_dtype, mask_outputs, mask_recurrence, promoted_call
 from seqssm.ops.linear import linear_scan
 
 
@@ -23,6 +23,7 @@ class MinGRU(SequenceLayer):
 
     def __init__(self, d_model: int, d_hidden: int | None = None, backend: str = "auto"):
         super().__init__()
+        check_sizes("MinGRU", d_model=d_model, d_hidden=d_hidden)
         self.d_model, self.d_hidden, self.backend = d_model, d_hidden or d_model, backend
         self.in_proj = nn.Linear(d_model, 2 * self.d_hidden)  # gate logits and candidate in one matmul
         self.out_proj = nn.Linear(self.d_hidden, d_model) if self.d_hidden != d_model else nn.Identity()

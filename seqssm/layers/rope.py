@@ -16,6 +16,8 @@ import math
 import torch
 from torch import nn
 
+from seqssm.layers.base import check_sizes
+
 
 def rope_positions(start: torch.Tensor, length: int, resets: torch.Tensor | None = None,
                    mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -36,6 +38,7 @@ class RoPE(nn.Module):
 
     def __init__(self, dim: int, base: float = 10000.0, trainable: bool = False, normalize_len: int | None = None):
         super().__init__()
+        check_sizes("RoPE", minimum=2, dim=dim)
         if dim % 2:
             raise ValueError(f"RoPE rotates feature pairs; dim must be even, got {dim}")
         if normalize_len is not None and normalize_len < 2:

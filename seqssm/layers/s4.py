@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from seqssm.layers.base import compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+from seqssm.layers.base import (
+    check_sizes, compute_dtype, full_precision, mask_outputs, ssm_param, step_system, where_state
+)
 from seqssm.layers.hippo import s4_init
 from seqssm.layers.s4d import ConvolutionalSSM, diagonal_A, init_diagonal_ssm
 from seqssm.ops.ssm_kernels import discretize_dense, dplr_dense, dplr_kernel, real_to_half
@@ -33,6 +35,8 @@ class S4(ConvolutionalSSM):
     def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1,
                  dt_distribution: str = "log-uniform"):
         super().__init__()
+        check_sizes("S4", d_model=d_model)
+        check_sizes("S4", minimum=2, d_state=d_state)
         if d_state % 2:
             raise ValueError(f"d_state counts conjugate pairs twice and must be even, got {d_state}")
         self.d_model, self.d_state = d_model, d_state

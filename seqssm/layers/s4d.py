@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+    SequenceLayer, check_sizes, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import log_dt_init, s4d_init
 from seqssm.ops.fftconv import fft_conv
@@ -77,6 +77,8 @@ class S4D(ConvolutionalSSM):
         dt_distribution: str = "log-uniform",
     ):
         super().__init__()
+        check_sizes("S4D", d_model=d_model)
+        check_sizes("S4D", minimum=2, d_state=d_state)
         if discretization not in DISCRETIZATIONS:
             raise ValueError(f"unknown discretization {discretization!r}; choose one of {DISCRETIZATIONS}")
         if d_state % 2:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import (
-    SequenceLayer, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
+    SequenceLayer, check_sizes, complex_dtype, full_precision, mask_outputs, mask_recurrence, ssm_param, step_system
 )
 from seqssm.layers.hippo import legs_nplr, log_dt_init
 from seqssm.ops.linear import linear_scan
@@ -68,6 +68,8 @@ class S5(SequenceLayer):
         backend: str = "auto",
     ):
         super().__init__()
+        check_sizes("S5", d_model=d_model, blocks=blocks)
+        check_sizes("S5", minimum=2, d_state=d_state)
         if discretization not in DISCRETIZATIONS:
             raise ValueError(f"unknown discretization {discretization!r}; choose one of {DISCRETIZATIONS}")
         self.d_model, self.d_state, self.blocks, self.conj_sym = d_model, d_state, blocks, conj_sym

@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.layers.base import ChannelsFirstLayer, check_steps, compute_dtype, promoted_call, ssm_param, step_system
+from seqssm.layers.base import (
+    ChannelsFirstLayer, check_sizes, check_steps, compute_dtype, promoted_call, ssm_param, step_system
+)
 from seqssm.layers.hippo import legs_real_part
 from seqssm.ops import selective_scan, selective_step
 from seqssm.optim import tag_param
@@ -45,8 +47,10 @@ class S6(ChannelsFirstLayer):
         A_init: str = "mamba",
     ):
         super().__init__()
+        check_sizes("S6", d_model=d_model, d_state=d_state)
         if dt_rank == "auto":
             dt_rank = math.ceil(d_model / 16)
+        check_sizes("S6", dt_rank=dt_rank)
         if not (0 < dt_min <= dt_max):
             raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         self.d_model, self.d_state, self.dt_rank, self.backend = d_model, d_state, int(dt_rank), backend

@@ -14,7 +14,8 @@ import math
 import torch
 from torch import nn
 
-from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call
+from seqssm.errors import ConfigError
+from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs, promoted_call
 from seqssm.ops.masked import gather_steps, scatter_steps, valid_first
 
 
@@ -34,8 +35,9 @@ class CausalTransformer(SequenceLayer):
 
     def __init__(self, d_model: int, n_layers: int = 1, n_heads: int = 1, d_ff: int = 128, context: int = 64):
         super().__init__()
-        if context < 1:
-            raise ValueError(f"transformer context must be >= 1, got {context}")
+        check_sizes("CausalTransformer", d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, context=context)
+        if d_model % n_heads:
+            raise ConfigError(f"CausalTransformer: d_model = {d_model} must split into n_heads = {n_heads} equal heads")
         self.d_model, self.n_heads, self.context = d_model, n_heads, context
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, batch_first=True) for _ in range(n_layers)

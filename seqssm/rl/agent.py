@@ -19,6 +19,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from seqssm.errors import check_int
 from seqssm.models.sequence_model import SequenceModel
 from seqssm.rl.core import (
     ACTIVATIONS, CoreConfig, build_core, core_from_model_config, core_width, load_core, reset_state
@@ -151,6 +152,7 @@ class ActorCritic(nn.Module):
 
     def initial_state(self, batch_size: int, device=None):
         """The core's initial state for batch_size environments."""
+        check_int("ActorCritic.initial_state", "batch_size", batch_size, minimum=0)
         p = next(self.parameters())
         return self.core.initial_state(batch_size, device=device or p.device, dtype=p.dtype)
 

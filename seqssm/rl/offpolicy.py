@@ -34,6 +34,7 @@ from seqssm.blocks.common import make_norm
 from seqssm.blocks.config import block_config
 from seqssm.blocks.mamba import MambaBlock
 from seqssm.blocks.stack import BlockStack
+from seqssm.errors import check_int
 from seqssm.layers import CausalTransformer, SequenceLayer
 from seqssm.layers.registry import LAYERS, build_layer
 from seqssm.rl.agent import mlp
@@ -130,6 +131,7 @@ class HistoryNet(nn.Module):
 
     def initial_state(self, batch_size: int, device=None):
         """The encoder's initial state (None without an encoder)."""
+        check_int("HistoryNet.initial_state", "batch_size", batch_size, minimum=0)
         if self.encoder is None:
             return None
         return self.encoder.initial_state(batch_size, device=device or self.embed.weight.device)
@@ -252,6 +254,7 @@ class SACAgent(nn.Module):
 
     def initial_state(self, batch_size: int, device=None):
         """(no previous action (B, act_dim) zeros, the actor encoder's initial state)."""
+        check_int("SACAgent.initial_state", "batch_size", batch_size, minimum=0)
         prev = torch.zeros(batch_size, self.act_dim, device=device)
         return prev, self.actor.history.initial_state(batch_size, device=device)
 

@@ -11,6 +11,8 @@ import torch
 
 from seqssm.blocks import MambaBlock, SimpleBlock, make_stack
 from seqssm.blocks.config import block_config
+from seqssm import layers
+from seqssm.errors import ConfigError
 from seqssm.layers import LAYERS, S6, build_layer
 from seqssm.layers.base import map_state
 from seqssm.ops import selective_scan_reference
@@ -257,3 +259,51 @@ def test_inner_calls_skip_the_checks_but_an_error_inside_leaves_the_next_call_ch
         stack(torch.randn(2, 5, D))
     with pytest.raises(InputDtypeError, match="cast to float"):
         stack(torch.ones(2, 5, D, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------------------------- sizes (issue 27)
+
+BAD_SIZES = [  # (what the error names, constructor, the bad argument, its value)
+    ("S4", layers.S4, "d_model", 0), ("S4", layers.S4, "d_state", 0),
+    ("S4D", layers.S4D, "d_model", -3), ("S4D", layers.S4D, "d_state", 0),
+    ("S5", layers.S5, "d_state", 0), ("S5", layers.S5, "blocks", 0),
+    ("S6", S6, "d_model", 0), ("S6", S6, "d_state", 0), ("S6", S6, "dt_rank", 0), ("S6", S6, "d_model", 4.5),
+    ("LSSL", layers.LSSL, "d_state", 0), ("LSSLf", layers.LSSLf, "d_model", 0),
+    ("MinGRU", layers.MinGRU, "d_hidden", 0), ("GRU", layers.GRU, "d_model", -1),
+    ("KalmanLayer", layers.KalmanLayer, "d_state", 0), ("vSSM", layers.vSSM, "d_model", 0),
+    ("KalmanNoInput", layers.KalmanNoInput, "d_state", 0),
+    ("CausalTransformer", layers.CausalTransformer, "n_heads", 0),
+    ("CausalTransformer", layers.CausalTransformer, "d_ff", 0),
+    ("CausalTransformer", layers.CausalTransformer, "n_layers", True),
+    ("RoPE", layers.RoPE, "dim", 0),
+    ("MambaBlock", MambaBlock, "d_model", 0), ("SimpleBlock", SimpleBlock, "d_model", 0),
+    ("MambaBlockConfig", lambda **kw: block_config("mamba", **kw), "expand", 0),
+    ("MambaBlockConfig", lambda **kw: block_config("mamba", **kw), "d_conv", 0),
+    ("make_stack", lambda **kw: make_stack("mamba", **{"d_model": D, "n_layers": 2, **kw}), "n_layers", 0),
+    ("make_stack", lambda **kw: make_stack("simple", **{"d_model": D, "n_layers": 2, **kw}), "d_model", 0),
+]
+
+
+@pytest.mark.parametrize("owner,build,name,value", BAD_SIZES, ids=[f"{o}-{n}={v}" for o, _, n, v in BAD_SIZES])
+def test_constructors_refuse_sizes_below_one_naming_the_argument_and_value(owner, build, name, value):
+    # Before: S6(d_model=0) raised ZeroDivisionError, S4D(d_state=0) an empty-reduction error from torch.
+    sizes = {"d_model": D} if owner not in ("RoPE", "MambaBlockConfig", "make_stack") else {}
+    sizes = {"dim": D} if owner == "RoPE" else sizes
+    with pytest.raises(ConfigError, match=rf"^{owner}: {name} must be an integer >= \d, got {re.escape(repr(value))}$"):
+        build(**{**sizes, name: value})
+
+
+def test_a_transformer_width_must_split_into_its_heads():
+    with pytest.raises(ConfigError, match="d_model = 6 must split into n_heads = 4"):
+        layers.CausalTransformer(6, n_heads=4)
+
+
+@pytest.mark.parametrize("batch_size", [-1, 2.5, "2", None])
+def test_initial_state_refuses_a_batch_size_that_is_no_integer_at_least_zero(module, batch_size):
+    # Before: initial_state(-1) raised torch's "negative dimension -1"; 2.5 a TypeError from torch.zeros.
+    name = type(module).__name__
+    with pytest.raises(ConfigError, match=rf"^{name}\.initial_state: batch_size must be an integer >= 0, "
+                                          rf"got {re.escape(repr(batch_size))}$"):
+        module.initial_state(batch_size)
+    assert all(leaf.shape[0] == 0 for leaf in leaves(module.initial_state(0)))
+    assert all(leaf.shape[0] == 3 for leaf in leaves(module.initial_state(3)))
