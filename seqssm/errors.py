@@ -10,7 +10,9 @@ This module imports nothing from seqssm, so every part of the package may raise 
 from __future__ import annotations
 
 import operator
+import errno
 import pickle
+import shutil
 import signal
 from pathlib import Path
 
@@ -72,6 +74,47 @@ class MissingFileError(SeqssmError, FileNotFoundError):
 
 class OutputExistsError(SeqssmError, FileExistsError):
     """A folder to write is not empty (or not a folder) and replacing it was not asked for, or is unsafe."""
+
+
+class RunFolderBusyError(SeqssmError, RuntimeError):
+    """Another running `seqssm fit` holds the run folder (its lock file names the process)."""
+
+
+class DiskFullError(SeqssmError, OSError):
+    """A write stopped because the device holding the folder is full; what was there before is kept."""
+
+
+# Messages of writers that stop on a full disk without saying so: torch's zip writer ("unexpected pos 704 vs 598",
+# "file write failed") and safetensors (`IoError(Os { code: 28, kind: StorageFull, ... })`).
+SHORT_WRITE_MARKS = ("unexpected pos", "file write failed", "StorageFull", "QuotaExceeded", "No space left")
+
+
+def disk_full_error(error: BaseException, path: str | Path) -> DiskFullError | None:
+    """A one-line DiskFullError for `error` raised while writing `path` (a file or the folder written), when it, or
+    an error it was raised from, is an out-of-space error (ENOSPC, EDQUOT) or a writer's message of a short write;
+    else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, DiskFullError):
+            return error
+        seen.add(id(error))
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+                mark in str(error) for mark in SHORT_WRITE_MARKS):
+            break
+        error = error.__cause__ or error.__context__
+    else:
+        return None
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
+    free = f"{shutil.disk_usage(existing).free / 2**20:.1f} MiB free there now"
+    what = f" while writing {path.name}" if folder != path else ""
+    # torch's message starts with the C++ source line of its check ("[enforce fail at inline_container.cc:672] . ")
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0].rpartition("] . ")[2]
+    full = DiskFullError(f"{folder}: no space left on its device{what} ({detail}; {free}). Nothing was lost: the "
+                         "files there before are kept. Free some space there, or write elsewhere.")
+    full.errno = errno.ENOSPC
+    return full
 
 
 class CheckpointError(SeqssmError, ValueError):
