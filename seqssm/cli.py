@@ -6,6 +6,7 @@
     seqssm export runs/quickstart/checkpoints/last.ckpt my-model/         # config.json + model.safetensors
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
+    seqssm generate state-spaces/mamba-130m-hf --prompt "Hello"           # a Hub id: fetched once, then cached
     seqssm data download imdb                                             # fetch, verify, unpack into data/imdb
     seqssm study species --preset cpu-small --out runs/species-small      # the study of Ulbaek 2024 thesis, 16
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml               # a recurrent PPO agent on POPGym
@@ -16,7 +17,8 @@
 sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from the DataModule. Checkpoints go to
 `<default_root_dir>/checkpoints` (best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last`
 finds them; `last.ckpt` is refreshed every 10 minutes and on Ctrl-C / SIGTERM, which then stop the run (exit code
-128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`.
+128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`,
+which replaces a model folder only. Models are named by folder, task checkpoint or Hub id (`seqssm.models.loading`).
 
 A mistake of the user (a `seqssm.errors.SeqssmError`: a missing or unreadable file, an unknown option, a bad
 value; or a file-system error naming a path) is one line `seqssm CMD: error: MESSAGE` and exit code 2, with no
@@ -70,33 +72,43 @@ def imported(target: str, extra: str | None = None) -> Callable[[list[str]], obj
 
 
 def export(argv: list[str]) -> None:
-    """`seqssm export CKPT OUT_DIR`: write a checkpoint's model as config.json + model.safetensors."""
+    """`seqssm export CKPT OUT_DIR [--push-to-hub ORG/NAME]`: write a checkpoint's model as a model folder
+    (config.json, model.safetensors, README.md model card), and upload it to the Hugging Face Hub if asked."""
+    from .models.hub import push_to_hub
     from .models.loading import export_checkpoint
 
     parser = ArgumentParser(prog="seqssm export", description=export.__doc__)
     parser.add_argument("ckpt", help="Lightning checkpoint of a seqssm task (.ckpt)")
     parser.add_argument("out_dir", help="folder to write; load it with SequenceModel.from_pretrained")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace the content of a non-empty OUT_DIR (default: refuse it)")
+                        help="replace the model folder OUT_DIR (default: refuse a non-empty one; other files are "
+                             "never replaced)")
+    parser.add_argument("--push-to-hub", metavar="ORG/NAME", help="then upload OUT_DIR to this Hub repository")
+    parser.add_argument("--private", action="store_true", help="create the Hub repository private")
+    parser.add_argument("--revision", help="the Hub branch to upload to (default: main)")
     ns = parser.parse_args(argv)
     out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
-    print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors")
+    print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors, {out}/README.md")
+    if ns.push_to_hub:
+        print(f"uploaded {out} -> {push_to_hub(out, ns.push_to_hub, private=ns.private or None, revision=ns.revision)}")
 
 
 def convert(argv: list[str]) -> None:
-    """`seqssm convert SRC DST --to hf|seqssm`: rewrite a pretrained folder in another format."""
+    """`seqssm convert SRC DST --to hf|seqssm`: rewrite a pretrained model in another format."""
     import json
 
     from .models.interop import architecture_overrides, convert_folder
 
     parser = ArgumentParser(prog="seqssm convert", description=convert.__doc__)
-    parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("src", help="a seqssm, Hugging Face Mamba or mamba_ssm folder, a task checkpoint, or a Hub "
+                        "id ORG/NAME")
     parser.add_argument("dst", help="folder to write")
     parser.add_argument("--to", choices=("hf", "seqssm"), required=True, help="format of DST")
+    parser.add_argument("--revision", help="of a Hub id SRC: a branch, tag or commit (default: main)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace the content of a non-empty DST (default: refuse it)")
+                        help="replace the model folder DST (default: refuse a non-empty one)")
     ns = parser.parse_args(argv)
-    model, copied = convert_folder(ns.src, ns.dst, ns.to, overwrite=ns.overwrite)
+    model, copied = convert_folder(ns.src, ns.dst, ns.to, overwrite=ns.overwrite, revision=ns.revision)
     print(f"converted {ns.src} -> {ns.dst} ({ns.to}{', with ' + ', '.join(copied) if copied else ''})")
     print("to finetune it: seqssm fit --model.init_args.init_from", ns.dst, "with model_overrides:",
           json.dumps(architecture_overrides(model.config)))
@@ -107,10 +119,13 @@ def generate(argv: list[str]) -> None:
     import torch
 
     from .data.tokenized import TOKENIZER_FILE, PretrainedTokenizer
-    from .models.sequence_model import SequenceModel, check_max_new_tokens, check_temperature, check_top_k
+    from .models.loading import build, read_pretrained
+    from .models.sequence_model import check_max_new_tokens, check_temperature, check_top_k
 
     parser = ArgumentParser(prog="seqssm generate", description=generate.__doc__)
-    parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder")
+    parser.add_argument("path", help="a seqssm, Hugging Face Mamba or mamba_ssm folder, a task checkpoint, or a Hub "
+                        "id ORG/NAME (a local folder of that name wins)")
+    parser.add_argument("--revision", help="of a Hub id: a branch, tag or commit (default: main)")
     parser.add_argument("--prompt", required=True,
                         help=f"text when the folder has a {TOKENIZER_FILE}, else token ids separated by spaces")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -127,11 +142,13 @@ def generate(argv: list[str]) -> None:
         check_top_k(ns.top_k, "--top-k")
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from e
-    tokenizer = PretrainedTokenizer(ns.path) if (Path(ns.path) / TOKENIZER_FILE).is_file() else None
+    pretrained = read_pretrained(ns.path, "PATH", revision=ns.revision)
+    folder = pretrained.path if pretrained.path.is_dir() else None
+    tokenizer = PretrainedTokenizer(folder) if folder and (folder / TOKENIZER_FILE).is_file() else None
     ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else prompt_ids(ns.prompt, TOKENIZER_FILE)
     if not ids:
         raise UsageError("--prompt encodes to no tokens: give at least one")
-    model = SequenceModel.from_pretrained(ns.path).eval().to(device)
+    model = build(pretrained).eval().to(device)
     if not (model.is_lm and model.causal):
         raise UsageError(f"{ns.path} holds a {'classifier' if not model.is_lm else 'bidirectional model'}, not a "
                          "causal language model: generate continues prompts with next-token models only")
@@ -159,7 +176,7 @@ COMMANDS = {
     "test": Command("test metrics of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("test")),
     "predict": Command("predictions of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("predict")),
     "export": Command("write a checkpoint's network as a model folder: CKPT OUT_DIR", export),
-    "convert": Command("rewrite a model folder (seqssm, Hugging Face Mamba, mamba_ssm): SRC DST --to hf|seqssm",
+    "convert": Command("rewrite a model (seqssm, Hugging Face Mamba, mamba_ssm, Hub id): SRC DST --to hf|seqssm",
                        convert),
     "generate": Command("continue a prompt with a pretrained language model: PATH --prompt TEXT", generate),
     "data": Command("datasets: list what is on disk, download the published files, prepare offline ones",

@@ -1,48 +1,40 @@
-"""seqssm model folders: `config.json` (format marker, version, model config) + `model.safetensors`.
+"""Writing model folders and sharing them: `save_pretrained`, the model card (README.md), `push_to_hub`.
 
-config.json holds `SequenceModelConfig.to_dict()` under "model" (format_version 2); folders of format_version 1
-hold the flat config of earlier versions there, which loads too.
+`save_pretrained(model, dir)` writes config.json + model.safetensors (or, with format="hf", the files transformers'
+MambaForCausalLM loads: `seqssm.models.formats`) and a model card README.md with the Hub's metadata block. It
+refuses a non-empty `dir` unless `overwrite=True`; even then it refuses a folder holding files that no model
+folder holds (a user's notes, say: they are named, nothing is touched). Everything is written into a staging
+folder beside `dir`, which takes its place only once complete (a failure leaves `dir` as it was, and no old model
+file stays beside the new). Loading is `seqssm.models.loading`. Nothing here unpickles anything.
 
-`save_pretrained(model, dir)` writes one; it refuses a non-empty `dir` unless `overwrite=True`, and then
-replaces the folder's content whole: everything is written into a staging folder beside it, which takes
-its place only once complete (a failure leaves `dir` as it was, and no old file stays beside the new).
-`load_pretrained(dir, SequenceModel)` rebuilds the model
-from its config and loads the weights (users call `SequenceModel.from_pretrained` /
-`model.save_pretrained`; the class is passed in so that this module sits below it). Nothing here
-unpickles anything.
-
-A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the
-operation); `save_pretrained` writes it into config.json and `load_pretrained` restores it.
-Task checkpoints and the dispatch between folders and checkpoints are `seqssm.models.loading`.
-
-`load_pretrained` and `load_state_dict` also read Hugging Face Mamba and mamba_ssm folders, and
-`save_pretrained(..., format="hf")` writes a Hugging Face one (see `seqssm.models.interop`).
+A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the operation), which
+the seqssm format keeps in config.json.
 """
 
 from __future__ import annotations
 
-import json
+import fnmatch
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import torch
 from torch import nn
 
-from seqssm.errors import MissingFileError, NotASeqssmFolderError, OutputExistsError
+from seqssm.errors import OutputExistsError
+from seqssm.models import formats
+from seqssm.models.formats.files import CARD_FILE, CONFIG_FILE, MODEL_FILE_PATTERNS
+from seqssm.models.formats.seqssm import FORMAT_VERSION, NAME as FORMAT
 
-FORMAT = "seqssm"
-# 1: the model config as one flat dict; 2: nested (block, SSP), `SequenceModelConfig.to_dict`. Both are read.
-FORMAT_VERSION = 2
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
+__all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "OutputExistsError", "check_target", "model_card",
+           "provenance_record", "push_to_hub", "save_pretrained", "staged_folder", "write_pretrained"]
 
 
 def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
     """`out_dir` as a Path if a model folder may be written there: it is new or empty, or `overwrite` is set and
-    it looks like a folder of files (no sub-folders, not the working directory or one above it)."""
+    it holds model-folder files only (config.json, weights, tokenizer files, README.md; no sub-folders, not the
+    working directory or one above it)."""
     out_dir = Path(out_dir)
     if not out_dir.exists():
         return out_dir
@@ -57,10 +49,11 @@ def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
                                 "folder, or pass --overwrite (overwrite=True) to replace its content.")
     if out_dir.resolve() in (Path.cwd(), *Path.cwd().parents):
         raise OutputExistsError(f"refusing to replace {out_dir}: it is the working directory or holds it")
-    folders = [p.name for p in out_dir.iterdir() if p.is_dir()]
-    if folders:
-        raise OutputExistsError(f"refusing to replace {out_dir}: it holds folders ({', '.join(sorted(folders))}), "
-                                "which a model folder never does; remove it yourself if that is intended")
+    foreign = [p.name + ("/" if p.is_dir() else "") for p in sorted(out_dir.iterdir())
+               if p.is_dir() or not any(fnmatch.fnmatch(p.name, pattern) for pattern in MODEL_FILE_PATTERNS)]
+    if foreign:
+        raise OutputExistsError(f"refusing to replace {out_dir}: it holds {', '.join(foreign)}, which no model folder "
+                                "holds; nothing was written. Move them away or choose another folder.")
     return out_dir
 
 
@@ -86,115 +79,86 @@ def staged_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT, overwrite: bool = False) -> Path:
-    """Write `model.config` and its weights to the new or empty folder `out_dir` (with `overwrite`, replace the
-    content of a non-empty one) as a seqssm folder, or with format="hf" as a folder transformers'
-    MambaForCausalLM loads; returns the folder."""
-    check_writable(model, format)
-    with staged_folder(out_dir, overwrite) as stage:
-        write_pretrained(model, stage, format)
-    return Path(out_dir)
-
-
 def check_writable(model: nn.Module, format: str) -> None:
     """Raise unless `model` can be saved in `format` (before anything is written)."""
     if not callable(getattr(getattr(model, "config", None), "to_dict", None)):
         raise TypeError(f"{type(model).__name__} has no typed `config`; only seqssm SequenceModels can be saved")
-    if format not in (FORMAT, "hf"):
-        raise ValueError(f"unknown format {format!r}; choose {FORMAT!r} or 'hf'")
-    if format == "hf":
-        from .interop.mamba import hf_config
-
-        hf_config(model.config)  # raises PretrainedFormatError for what a Hugging Face Mamba cannot hold
+    formats.writer(format).check_writable(model.config)
 
 
-def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT) -> None:
-    """Write the files of `model` in `format` into the existing folder `folder` (`save_pretrained` stages it)."""
-    from safetensors.torch import save_file
-
-    from .. import __version__
-
+def save_pretrained(model: nn.Module, out_dir: str | Path, format: str = FORMAT, overwrite: bool = False,
+                    card: dict | None = None) -> Path:
+    """Write `model.config`, its weights and a model card to the new or empty folder `out_dir` (with `overwrite`,
+    replace a model folder there) as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM
+    loads; `card`: `model_card`'s keyword arguments (task, datasets, metrics, hyperparameters). Returns the folder."""
     check_writable(model, format)
-    if format == "hf":
-        from .interop.mamba import save_hf
-
-        save_hf(model, folder)
-        return
-    folder = Path(folder)
-    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "seqssm_version": __version__,
-            "model": model.config.to_dict()}
-    if model.provenance:
-        meta["provenance"] = model.provenance
-    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
-    state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
+    with staged_folder(out_dir, overwrite) as stage:
+        write_pretrained(model, stage, format, card)
+    return Path(out_dir)
 
 
-def check_folder(folder: str | Path) -> None:
-    """Raise unless `folder` is an existing folder: MissingFileError when nothing is there, NotASeqssmFolderError for
-    a file."""
-    folder = Path(folder)
-    if folder.is_file():
-        raise NotASeqssmFolderError(f"{folder} is a file, not a model folder; a checkpoint of `seqssm fit` becomes one "
-                                    f"with `seqssm export {folder} DIR`")
-    if not folder.exists():
-        raise MissingFileError(f"{folder} not found: no such model folder (config.json and weights of seqssm, Hugging "
-                               "Face Mamba or mamba_ssm; `seqssm export CKPT DIR` makes one from a checkpoint)")
+def write_pretrained(model: nn.Module, folder: str | Path, format: str = FORMAT, card: dict | None = None) -> None:
+    """Write the files of `model` in `format`, and its model card, into the existing folder `folder`
+    (`save_pretrained` stages it)."""
+    check_writable(model, format)
+    formats.writer(format).write(model, Path(folder))
+    (Path(folder) / CARD_FILE).write_text(model_card(model, format, **(card or {})))
 
 
-def read_config(folder: str | Path) -> dict:
-    """The model config dict stored in a seqssm folder (flat in format_version 1, nested from 2; the model's
-    `from_config` reads both), after checking the format marker and version."""
-    folder = Path(folder)
-    path = folder / CONFIG_FILE
-    if not path.is_file():
-        raise NotASeqssmFolderError(f"{folder}: no {CONFIG_FILE}; export one with `seqssm export CKPT {folder}`")
-    meta = json.loads(path.read_text())
-    if meta.get("format") != FORMAT:
-        raise NotASeqssmFolderError(f"{path}: format is {meta.get('format')!r}, expected {FORMAT!r}")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
-        raise NotASeqssmFolderError(f"{path}: format_version {meta['format_version']} is newer than this seqssm "
-                                    f"reads ({FORMAT_VERSION}); upgrade seqssm")
-    return meta["model"]
+# The Hub's task names (pipeline tags) of seqssm's tasks
+PIPELINE_TAGS = {"Classification": "text-classification", "NextTokenPrediction": "text-generation",
+                 "MaskedLM": "fill-mask"}
+METRIC_TYPES = {"acc": "accuracy", "ppl": "perplexity", "loss": "loss", "f1": "f1"}
 
 
-def load_state_dict(folder: str | Path, model_cls: type[nn.Module]) -> dict[str, torch.Tensor]:
-    """The weights of a seqssm folder, read with safetensors; of a Hugging Face or mamba_ssm Mamba folder,
-    renamed to the keys of `model_cls` (SequenceModel: passed in, so that this module stays below it)."""
-    from .interop.mamba import detect_format, read_safetensors, read_state_dict
+def model_card(model: nn.Module, format: str = FORMAT, task: str | None = None, datasets: list[str] | tuple = (),
+               metrics: dict[str, float] | None = None, hyperparameters: dict | None = None,
+               name: str | None = None) -> str:
+    """The README.md of a model folder: the Hub's YAML metadata block (library_name seqssm, tags: the block, the
+    SSM layer, the task; datasets; metrics and their values as model-index results) and a short description.
+    `task`: the seqssm task class name ("Classification", ...); `metrics`: logged name -> value ("val_acc": 0.9)."""
+    from huggingface_hub import EvalResult, ModelCardData
 
-    if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
-        return read_state_dict(folder, model_cls)
-    read_config(folder)  # fail on a foreign folder before reading its tensors
-    path = Path(folder) / WEIGHTS_FILE
-    if not path.is_file():
-        raise NotASeqssmFolderError(f"{Path(folder)}: no {WEIGHTS_FILE}")
-    return read_safetensors(path)
+    config = model.config
+    block, layer = config.block.kind, config.block.ssp.layer
+    pipeline = PIPELINE_TAGS.get(task or "") or ("text-generation" if config.is_lm and config.vocab_size else None)
+    tags = ["state-space-model", "seqssm", block, layer] + ([pipeline] if pipeline else [])
+    metrics = {k: float(v) for k, v in (metrics or {}).items()}
+    name = name or f"seqssm {block}-{layer}"
+    results = [EvalResult(task_type=pipeline, dataset_type=dataset, dataset_name=dataset,
+                          metric_type=METRIC_TYPES.get(metric.rsplit("_", 1)[-1], metric), metric_name=metric,
+                          metric_value=value)
+               for dataset in datasets[:1] for metric, value in metrics.items()] if pipeline else None
+    data = ModelCardData(library_name="seqssm", tags=list(dict.fromkeys(tags)), datasets=list(datasets) or None,
+                         metrics=sorted({METRIC_TYPES.get(m.rsplit("_", 1)[-1], m) for m in metrics}) or None,
+                         pipeline_tag=pipeline, model_name=name if results else None, eval_results=results or None)
+    params = sum(p.numel() for p in model.parameters())
+    lines = [f"# {name}", "",
+             f"A {config.n_layers}-layer {block} model with {layer} state space layers (d_model {config.d_model}, "
+             f"{params:,} parameters), saved by seqssm in the {format} format.", "",
+             "```python", "from seqssm.models import SequenceModel", "",
+             'model = SequenceModel.from_pretrained("ORG/NAME")  # or the local folder', "```"]
+    if metrics:
+        lines += ["", "## Metrics", "", *(f"- {k}: {v:.4g}" for k, v in sorted(metrics.items()))]
+    if hyperparameters:
+        lines += ["", "## Training hyper-parameters", "",
+                  *(f"- {k}: {v}" for k, v in sorted(hyperparameters.items()) if not k.startswith("_"))]
+    return f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n"
 
 
-def load_pretrained(folder: str | Path, model_cls: type[nn.Module], dtype: torch.dtype | None = None) -> nn.Module:
-    """Rebuild the `model_cls` (SequenceModel) saved in `folder` (seqssm, Hugging Face Mamba or mamba_ssm) and
-    load its weights (strictly), in `dtype` when given. Users call `SequenceModel.from_pretrained`."""
-    from .interop.mamba import detect_format, load_model
+def push_to_hub(folder: str | Path, repo_id: str, private: bool | None = None, revision: str | None = None,
+                token: str | None = None, commit_message: str = "Upload model with seqssm") -> str:
+    """Upload the model folder `folder` to the Hub repository `repo_id` (created when missing) on branch
+    `revision` (default main) through huggingface_hub; returns the commit's URL."""
+    from huggingface_hub import HfApi
 
-    check_folder(folder)
-    if (Path(folder) / CONFIG_FILE).is_file() and detect_format(folder) != FORMAT:
-        return load_model(folder, model_cls, dtype)
-    model = model_cls.from_config(read_config(folder))
-    if dtype is not None:
-        model.to(dtype)  # before loading, so float64 weights keep their precision
-    model.load_state_dict(load_state_dict(folder, model_cls))
-    model.provenance = read_provenance(folder)
-    return model
-
-
-def read_provenance(folder: str | Path) -> dict | None:
-    """The lineage (`provenance_record`) a seqssm folder's config.json records; None when it records none and
-    for Hugging Face / mamba_ssm folders."""
-    path = Path(folder) / CONFIG_FILE
-    meta = json.loads(path.read_text()) if path.is_file() else {}
-    return meta.get("provenance") if meta.get("format") == FORMAT else None
+    api = HfApi(token=token, library_name="seqssm")
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
+                             commit_message=commit_message)
+    return str(info)
 
 
 def provenance_record(operation: str, **parents: tuple[str | Path | None, dict | None]) -> dict:

@@ -1,26 +1,37 @@
-"""Any saved model into a SequenceModel: a folder (seqssm, Hugging Face Mamba, mamba_ssm) or a task checkpoint.
+"""The one loading path: resolve -> detect the format -> read config and tensors -> map names -> build.
 
-`model_from_path` rebuilds the network with its weights; `read_weights` gives only the state dict (for
-`init_from`, where the task builds its own network). Task checkpoints (the `.ckpt` files of `seqssm fit`)
-store the network's config under `CHECKPOINT_MODEL_CONFIG` (`SequenceModelConfig.to_dict()`, the flat dict
-in earlier versions), so the model is rebuilt without the task or Lightning; checkpoints written before that entry existed are rebuilt from the task's hyper-parameters
-(registry name, `model_overrides` and the dimensions linked from the data), as the task built it.
+    resolve      a local folder or file as given, else a Hub id (ORG/NAME[@REV]) from the Hugging Face cache,
+                 fetched once (`seqssm.models.resolve`)
+    detect       a folder's config.json picks its format adapter (`seqssm.models.formats`: seqssm, Hugging Face
+                 Mamba, mamba_ssm); a file is a task checkpoint of `seqssm fit`, a bare state dict or a
+                 .safetensors file
+    read         the adapter turns config.json into a `SequenceModelConfig`; the tensors come from safetensors
+                 (checked for truncation) or torch.load(weights_only=True)
+    map          the adapter renames the tensors to SequenceModel keys, every key and shape checked against
+                 the model the config describes
+    build        SequenceModel(config) with the weights (`load_model`), or the state dict alone (`read_weights`,
+                 for `init_from`, where the task builds its own network)
 
-Nothing here unpickles code: checkpoints are read with `torch.load(weights_only=True)`, folders and
-`.safetensors` files with safetensors.
+Task checkpoints store the network's config under `CHECKPOINT_MODEL_CONFIG` (`SequenceModelConfig.to_dict()`, the
+flat dict in earlier versions), so the model is rebuilt without the task or Lightning; checkpoints written before
+that entry existed are rebuilt from the task's hyper-parameters (registry name, `model_overrides` and the
+dimensions linked from the data), as the task built it. Nothing here unpickles code.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from seqssm.errors import CheckpointError, MissingFileError
+from seqssm.errors import CheckpointError, MissingFileError, NotASeqssmFolderError, PretrainedFormatError
+from seqssm.models import formats
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.hub import check_target, load_state_dict, read_provenance, save_pretrained
-from seqssm.models.interop import read_safetensors
+from seqssm.models.formats.files import read_safetensors, read_tensors
+from seqssm.models.hub import check_target, save_pretrained
 from seqssm.models.registry import model_config
+from seqssm.models.resolve import resolve
 from seqssm.models.safe_load import load_torch_file
 from seqssm.models.sequence_model import SequenceModel
 
@@ -35,6 +46,19 @@ TASK_MODEL_PREFIX = "model."
 LEGACY_TASK_OUTPUTS = {"Classification": ("n_classes",), "NextTokenPrediction": (), "MaskedLM": ()}
 
 
+@dataclass
+class Pretrained:
+    """What a saved model holds once read: its config, its weights under SequenceModel keys, its lineage, the
+    format it came in ("seqssm", "hf", "mamba_ssm" or "checkpoint") and the local path read."""
+
+    config: SequenceModelConfig
+    state: dict[str, torch.Tensor]
+    provenance: dict | None
+    format: str
+    path: Path
+
+
+# -- task checkpoints -----------------------------------------------------------------------------------------------
 def read_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:
     """The dict saved in a checkpoint file, read with weights_only=True (`load_torch_file`); `what` names the argument
     that gave `path` in the errors."""
@@ -44,7 +68,7 @@ def read_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:
     ckpt = load_torch_file(path)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{what}: {path} holds a {type(ckpt).__name__}, not a checkpoint dict "
-                         "(a Lightning .ckpt of `seqssm fit` or an exported folder is expected)")
+                              "(a Lightning .ckpt of `seqssm fit` or an exported folder is expected)")
     return ckpt
 
 
@@ -52,7 +76,8 @@ def checkpoint_state_dict(ckpt: dict, path: str | Path, what: str = "checkpoint"
     """The network's state dict in a task checkpoint (task keys unprefixed), or in a bare state-dict file."""
     state = ckpt.get("state_dict", ckpt)
     if not isinstance(state, dict):
-        raise CheckpointError(f"{what}: {path} holds no state dict (a Lightning .ckpt or an exported folder is expected)")
+        raise CheckpointError(f"{what}: {path} holds no state dict (a Lightning .ckpt or an exported folder is "
+                              "expected)")
     if any(k.startswith(TASK_MODEL_PREFIX) for k in state):
         state = {k[len(TASK_MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(TASK_MODEL_PREFIX)}
     return state
@@ -63,46 +88,126 @@ def legacy_model_config(ckpt: dict, path: str | Path) -> SequenceModelConfig:
     hparams = ckpt.get("hyper_parameters") or {}
     task = (hparams.get("_class_path") or ckpt.get(CHECKPOINT_TASK) or "").rsplit(".", 1)[-1]
     if task not in LEGACY_TASK_OUTPUTS or "model" not in hparams:
-        raise CheckpointError(f"{path}: not a seqssm task checkpoint: it stores no {CHECKPOINT_MODEL_CONFIG!r} and its "
-                         f"hyper-parameters name no seqssm task (got {task!r}; known: {sorted(LEGACY_TASK_OUTPUTS)})")
+        raise CheckpointError(f"{path}: not a seqssm task checkpoint: it stores no {CHECKPOINT_MODEL_CONFIG!r} and "
+                              f"its hyper-parameters name no seqssm task (got {task!r}; known: "
+                              f"{sorted(LEGACY_TASK_OUTPUTS)})")
     outputs = {"n_classes": None} | {k: hparams.get(k) for k in LEGACY_TASK_OUTPUTS[task]}
     return model_config(hparams["model"], vocab_size=hparams.get("vocab_size"), d_input=hparams.get("d_input"),
                         **outputs, **(hparams.get("model_overrides") or {}))
 
 
-def model_from_checkpoint(path: str | Path, what: str = "checkpoint") -> SequenceModel:
-    """The trained network in a task checkpoint of `seqssm fit`, with its provenance."""
-    ckpt = read_checkpoint(path, what)
+def read_task_checkpoint(path: Path, what: str, ckpt: dict | None = None) -> Pretrained:
+    """A task checkpoint of `seqssm fit` read (`ckpt`: its dict when already loaded): its network's config,
+    weights and provenance."""
+    ckpt = read_checkpoint(path, what) if ckpt is None else ckpt
     config = ckpt.get(CHECKPOINT_MODEL_CONFIG) or legacy_model_config(ckpt, path)
-    model = SequenceModel.from_config(config)
-    model.load_state_dict(checkpoint_state_dict(ckpt, path, what))
-    model.provenance = ckpt.get(CHECKPOINT_PROVENANCE)
+    if not isinstance(config, SequenceModelConfig):
+        try:
+            config = SequenceModelConfig.from_dict(config)
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{path}: {CHECKPOINT_MODEL_CONFIG}: {e}") from e
+    return Pretrained(config, checkpoint_state_dict(ckpt, path, what), ckpt.get(CHECKPOINT_PROVENANCE),
+                      "checkpoint", path)
+
+
+def checkpoint_card(ckpt: dict) -> dict:
+    """What a task checkpoint knows for a model card (`seqssm.models.hub.model_card`'s arguments): the task, the
+    dataset (when the data module saved its hyper-parameters), the best monitored metric of each checkpoint
+    callback, and the task's hyper-parameters."""
+    hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    task = ckpt.get(CHECKPOINT_TASK) or (ckpt.get("hyper_parameters") or {}).get("_class_path", "").rsplit(".", 1)[-1]
+    data = (ckpt.get("datamodule_hyper_parameters") or {}).get("_class_path", "").rsplit(".", 1)[-1]
+    metrics = {state["monitor"]: float(state["best_model_score"]) for state in (ckpt.get("callbacks") or {}).values()
+               if isinstance(state, dict) and state.get("monitor") and state.get("best_model_score") is not None}
+    return {"task": task or None, "datasets": [data.removesuffix("DataModule").lower()] if data else [],
+            "metrics": metrics, "hyperparameters": hparams}
+
+
+# -- folders --------------------------------------------------------------------------------------------------------
+def template_state(config: SequenceModelConfig, path: Path) -> dict[str, torch.Tensor]:
+    """The state dict (shapes only, on the meta device) of the model `config` describes; a config that makes no
+    model (read from `path`) raises PretrainedFormatError naming the file."""
+    try:
+        try:
+            with torch.device("meta"):  # shapes without memory: a 2.8B model's template costs nothing
+                return SequenceModel(config).state_dict()
+        except (RuntimeError, NotImplementedError):  # an initialisation that reads values (S4's .item())
+            return SequenceModel(config).state_dict()
+    except (TypeError, ValueError) as e:
+        raise PretrainedFormatError(f"{path}: 'model' describes no model: {e}") from e
+
+
+def read_folder(folder: Path) -> Pretrained:
+    """A model folder of any known format read: detect, read config and tensors, map them to SequenceModel keys."""
+    adapter, raw, config_path = formats.detect(folder)
+    config = adapter.read_config(raw, config_path)
+    own = template_state(config, config_path)
+    tensors, origin = read_tensors(folder)
+    state = adapter.map_state_dict(own, config, tensors, origin, folder)
+    provenance = getattr(adapter, "provenance", lambda raw: None)(raw)
+    return Pretrained(config, state, provenance, adapter.NAME, folder)
+
+
+def read_pretrained(source: str | Path, what: str = "path", revision: str | None = None,
+                    cache_dir: str | Path | None = None, folders_only: bool = False) -> Pretrained:
+    """A saved model read (not built) from `source`: a model folder, a Hub id, or (unless `folders_only`) a task
+    checkpoint; `what` names the argument in errors."""
+    path = resolve(source, revision=revision, cache_dir=cache_dir, what=what)
+    if path.is_dir():
+        return read_folder(path)
+    if folders_only:
+        raise NotASeqssmFolderError(f"{what}: {path} is a file, not a model folder; a checkpoint of `seqssm fit` "
+                                    f"becomes one with `seqssm export {path} DIR`")
+    return read_task_checkpoint(path, what)
+
+
+def build(pretrained: Pretrained, model_cls: type[SequenceModel] = SequenceModel,
+          dtype: torch.dtype | None = None) -> SequenceModel:
+    """The model of a read `Pretrained`, weights loaded strictly, in `dtype` when given."""
+    model = model_cls(pretrained.config)
+    if dtype is not None:
+        model.to(dtype)  # before loading, so float64 weights keep their precision
+    model.load_state_dict(pretrained.state)
+    model.provenance = pretrained.provenance
     return model
 
 
+def load_model(source: str | Path, model_cls: type[SequenceModel] = SequenceModel, dtype: torch.dtype | None = None,
+               revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path",
+               folders_only: bool = False) -> SequenceModel:
+    """The network in a seqssm / Hugging Face / mamba_ssm folder, a Hub id or a task checkpoint, built with its
+    weights (users call `SequenceModel.from_pretrained`)."""
+    return build(read_pretrained(source, what, revision, cache_dir, folders_only), model_cls, dtype)
+
+
 def model_from_path(path: str | Path, what: str = "path") -> SequenceModel:
-    """The network in a seqssm / Hugging Face / mamba_ssm folder or a task checkpoint file; `what` names the
-    argument in the error when `path` is neither."""
-    path = Path(path)
-    if path.is_dir():
-        return SequenceModel.from_pretrained(path)
-    return model_from_checkpoint(path, what)
+    """The network in a folder, a Hub id or a task checkpoint; `what` names the argument in errors."""
+    return load_model(path, what=what)
 
 
-def read_weights(path: str | Path, what: str = "init_from") -> tuple[dict[str, torch.Tensor], dict | None]:
-    """(state dict, provenance or None) of a task checkpoint, a `.safetensors` file or a folder (seqssm, Hugging
-    Face or mamba_ssm); only the tensors are read, the network is not built."""
-    path = Path(path)
-    if path.is_dir():
-        return load_state_dict(path, SequenceModel), read_provenance(path)
+def model_from_checkpoint(path: str | Path, what: str = "checkpoint") -> SequenceModel:
+    """The trained network in a task checkpoint of `seqssm fit`, with its provenance."""
+    return build(read_task_checkpoint(Path(path), what))
+
+
+def read_weights(source: str | Path, what: str = "init_from") -> tuple[dict[str, torch.Tensor], dict | None]:
+    """(state dict, provenance or None) of a task checkpoint, a `.safetensors` file, a folder (seqssm, Hugging
+    Face or mamba_ssm) or a Hub id; only the tensors are read, the network is not built."""
+    path = resolve(source, what=what)
     if path.suffix == ".safetensors" and path.is_file():
         return read_safetensors(path), None
-    ckpt = read_checkpoint(path, what)
-    return checkpoint_state_dict(ckpt, path, what), ckpt.get(CHECKPOINT_PROVENANCE)
+    if path.is_file():  # a bare state dict as well as a task checkpoint: no config needed
+        ckpt = read_checkpoint(path, what)
+        return checkpoint_state_dict(ckpt, path, what), ckpt.get(CHECKPOINT_PROVENANCE)
+    pretrained = read_folder(path)
+    return pretrained.state, pretrained.provenance
 
 
 def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
-    """Write the network of task checkpoint `ckpt_path` as `out_dir/config.json` + `out_dir/model.safetensors`;
-    a non-empty `out_dir` is refused unless `overwrite` (then its content is replaced whole)."""
+    """Write the network of task checkpoint `ckpt_path` as a model folder `out_dir` (config.json,
+    model.safetensors, and a README.md model card with what the checkpoint knows: task, metrics, dataset); a
+    non-empty `out_dir` is refused unless `overwrite` (and then only a model folder is replaced)."""
     check_target(out_dir, overwrite)  # before reading a possibly large checkpoint
-    return save_pretrained(model_from_checkpoint(ckpt_path), out_dir, overwrite=overwrite)
+    ckpt = read_checkpoint(ckpt_path)
+    model = build(read_task_checkpoint(Path(ckpt_path), "checkpoint", ckpt))
+    return save_pretrained(model, out_dir, overwrite=overwrite, card=checkpoint_card(ckpt))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,7 @@ from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.layers import frozen_weights
 from seqssm.layers.base import check_lengths, check_steps, mask_outputs
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.hub import load_pretrained, save_pretrained
+from seqssm.models.hub import push_to_hub, save_pretrained
 from seqssm.ops.checks import check_flags, check_floating
 
 
@@ -82,7 +83,7 @@ class SequenceModel(nn.Module):
     `backbone` is the BlockStack (blocks + final norm) on embedded inputs (B, L, d_model): drive it
     directly to feed your own encodings.
     `provenance` (None, or the `seqssm.models.hub.provenance_record` of the surgery / init_from that made the
-    weights) travels with saved folders and task checkpoints. Task checkpoints and any folder load with `seqssm.models.loading.model_from_path`.
+    weights) travels with saved folders and task checkpoints. `from_pretrained` reads folders, task checkpoints and Hub ids.
     """
 
     def __init__(self, config: SequenceModelConfig):
@@ -126,14 +127,30 @@ class SequenceModel(nn.Module):
         return cls(config if isinstance(config, SequenceModelConfig) else SequenceModelConfig.from_dict(config))
 
     @classmethod
-    def from_pretrained(cls, path, dtype: torch.dtype | None = None) -> "SequenceModel":
-        """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder (`seqssm.models.hub`)."""
-        return load_pretrained(path, cls, dtype=dtype)
+    def from_pretrained(cls, path, dtype: torch.dtype | None = None, revision: str | None = None,
+                        cache_dir=None) -> "SequenceModel":
+        """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder, a task checkpoint of `seqssm fit`,
+        or a Hub id ("org/name": a local folder of that name wins; else fetched once at `revision` into the
+        Hugging Face cache, `cache_dir` when given, and read from there offline): `seqssm.models.loading`."""
+        from seqssm.models.loading import load_model
 
-    def save_pretrained(self, out_dir, format: str = "seqssm", overwrite: bool = False):
-        """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads;
-        a non-empty `out_dir` is refused unless `overwrite` (`seqssm.models.hub.save_pretrained`)."""
-        return save_pretrained(self, out_dir, format=format, overwrite=overwrite)
+        return load_model(path, cls, dtype=dtype, revision=revision, cache_dir=cache_dir)
+
+    def save_pretrained(self, out_dir, format: str = "seqssm", overwrite: bool = False, card: dict | None = None):
+        """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads, with a
+        model card README.md (`card`: its task, datasets, metrics); a non-empty `out_dir` is refused unless
+        `overwrite` (`seqssm.models.hub.save_pretrained`)."""
+        return save_pretrained(self, out_dir, format=format, overwrite=overwrite, card=card)
+
+    def push_to_hub(self, repo_id: str, format: str = "seqssm", private: bool | None = None,
+                    revision: str | None = None, card: dict | None = None, token: str | None = None) -> str:
+        """Upload this model as a model folder (`save_pretrained`) to the Hub repository `repo_id`, created when
+        missing, on branch `revision`; returns the commit URL (`seqssm.models.hub.push_to_hub`)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.save_pretrained(Path(tmp) / "model", format=format, card=card)
+            return push_to_hub(folder, repo_id, private=private, revision=revision, token=token)
 
     @property
     def causal(self) -> bool:

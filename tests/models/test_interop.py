@@ -12,7 +12,7 @@ from transformers import MambaConfig, MambaForCausalLM  # noqa: E402
 
 from seqssm.blocks import MambaBlockConfig, SSPConfig  # noqa: E402
 from seqssm.models import SequenceModel, SequenceModelConfig, build  # noqa: E402
-from seqssm.models.hub import load_state_dict  # noqa: E402
+from seqssm.models.loading import read_weights  # noqa: E402
 from seqssm.models.interop import PretrainedFormatError  # noqa: E402
 
 # Shapes that exercise every mapped setting: tied/untied head, projection and conv biases, kernel width,
@@ -231,7 +231,7 @@ def edit_config(folder, **changes):
 
 
 def test_missing_files(tmp_path, hf_dir):
-    with pytest.raises(Exception, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"nowhere: no such file or folder \(nor a Hub id"):
         SequenceModel.from_pretrained(tmp_path / "nowhere")
     (hf_dir / "model.safetensors").unlink()
     with pytest.raises(PretrainedFormatError, match=rf"{hf_dir}: no weights: expected model.safetensors"):
@@ -249,7 +249,8 @@ def test_truncated_safetensors_names_file_and_key(hf_dir):
 def test_shape_mismatch_names_file_and_key(hf_dir):
     edit_config(hf_dir, state_size=8)
     with pytest.raises(PretrainedFormatError, match=r"model\.safetensors: tensor 'backbone\.layers\.0\.mixer\.A_log' "
-                                                    r"has shape \[32, 4\], the config gives \[32, 8\]"):
+                                                    r"has shape \[32, 4\], but .*config\.json describes a model whose "
+                                                    r"'backbone\.layers\.0\.branches\.0\.ssp\.A_log' is \[32, 8\]"):
         SequenceModel.from_pretrained(hf_dir)
 
 
@@ -306,7 +307,7 @@ def test_init_from_reads_foreign_folders(tmp_path):
     hf = make_hf(**SHAPES["untied-biases"])
     hf.save_pretrained(tmp_path / "hf")
     write_mamba_ssm(tmp_path / "ms", hf, 37, 1)
-    a, b = load_state_dict(tmp_path / "hf", SequenceModel), load_state_dict(tmp_path / "ms", SequenceModel)
+    a, b = read_weights(tmp_path / "hf")[0], read_weights(tmp_path / "ms")[0]
     assert a.keys() == b.keys() == SequenceModel.from_pretrained(tmp_path / "hf").state_dict().keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
 

@@ -43,14 +43,21 @@ def test_export_refuses_a_non_empty_folder_and_writes_nothing(tmp_path, checkpoi
     assert folder_state(out) == before
 
 
-def test_export_overwrite_replaces_the_folder_whole(tmp_path, checkpoint):
+def test_export_overwrite_replaces_a_model_folder_and_never_a_users_files(tmp_path, checkpoint, capsys):
     ckpt, model = checkpoint
     out = tmp_path / "my-model"
     out.mkdir()
     (out / "config.json").write_text("{}")
-    (out / "notes.txt").write_text("stale, from another model")
+    (out / "tokenizer.json").write_text("{}")  # from an earlier model: a stale file goes with it
+    (out / "notes.txt").write_text("the user's own notes")
+    before = folder_state(out)
+    with pytest.raises(SystemExit):
+        main(["export", str(ckpt), str(out), "--overwrite"])
+    assert "it holds notes.txt, which no model folder holds; nothing was written" in capsys.readouterr().err
+    assert folder_state(out) == before
+    (out / "notes.txt").unlink()
     main(["export", str(ckpt), str(out), "--overwrite"])
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "my-model"], "no staging folder left"
     loaded = SequenceModel.from_pretrained(out)
     for key, value in model.state_dict().items():
@@ -70,7 +77,7 @@ def test_convert_overwrite_leaves_no_stale_tokenizer(tmp_path, capsys):
     assert folder_state(dst) == before
 
     main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"])
-    assert sorted(p.name for p in dst.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in dst.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     assert json.loads((dst / "config.json").read_text())["model_type"] == "mamba"
 
 
@@ -92,7 +99,7 @@ def test_overwrite_refuses_what_is_not_a_model_folder(tmp_path, monkeypatch):
     with pytest.raises(OutputExistsError, match="not empty"):
         save_pretrained(model, tmp_path)  # the library refuses too, unless asked
     (tmp_path / "data").mkdir()
-    with pytest.raises(OutputExistsError, match=r"holds folders \(data\)"):
+    with pytest.raises(OutputExistsError, match=r"it holds data/, notes.txt, which no model folder holds"):
         save_pretrained(model, tmp_path, overwrite=True)
     monkeypatch.chdir(tmp_path / "data")
     (tmp_path / "data" / "x.txt").write_text("")

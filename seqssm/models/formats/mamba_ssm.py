@@ -1,0 +1,80 @@
+"""mamba_ssm `MambaLMHeadModel` folders: config.json with d_model / n_layer / vocab_size / ssm_cfg, and
+pytorch_model.bin (read with weights_only=True) or safetensors. Read only: `seqssm convert --to hf` writes a
+folder both libraries' users load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from seqssm.errors import PretrainedFormatError
+from seqssm.models.config import SequenceModelConfig
+from seqssm.models.formats.mamba_lm import lm_config, map_lm_state_dict, refuse
+
+NAME = "mamba_ssm"
+TOP_KEYS = {
+    "embedding.weight": "backbone.embedding.weight",
+    "backbone.norm_f.weight": "backbone.norm_f.weight",
+    "backbone.norm_f.bias": "backbone.norm_f.bias",
+    "head.weight": "lm_head.weight",
+}
+# mamba_ssm's MambaConfig / MixerModel / Mamba (v1) defaults
+DEFAULTS = {
+    "d_intermediate": 0, "ssm_cfg": {}, "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": True,
+    "residual_in_fp32": True, "fused_add_norm": True, "pad_vocab_size_multiple": 8, "tie_embeddings": True,
+    "norm_epsilon": 1e-5,
+}
+MAMBA1_DEFAULTS = {"d_state": 16, "d_conv": 4, "expand": 2, "dt_rank": "auto", "conv_bias": True, "bias": False}
+# Settings that only choose an initialisation or a kernel: a trained model computes the same without them.
+MAMBA1_NO_EFFECT = {"dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "use_fast_path", "layer"}
+NO_EFFECT = {"fused_add_norm", "initializer_cfg"}
+REQUIRED = {"d_model", "n_layer", "vocab_size"}
+
+
+def detect(raw: dict, path: Path) -> bool:
+    """Whether config.json `raw` is a mamba_ssm MambaConfig."""
+    return REQUIRED <= raw.keys()
+
+
+def read_config(raw: dict, path: Path) -> SequenceModelConfig:
+    """The SequenceModelConfig equivalent to a mamba_ssm MambaConfig dict (Mamba-1 mixers only)."""
+    unknown = sorted(set(raw) - REQUIRED - DEFAULTS.keys() - NO_EFFECT)
+    if unknown:
+        refuse(path, unknown[0], raw[unknown[0]], "not a mamba_ssm MambaConfig setting seqssm knows")
+    c = {**DEFAULTS, **raw}
+    if c["d_intermediate"]:
+        refuse(path, "d_intermediate", c["d_intermediate"], "MLP layers between the mixers")
+    if c["attn_layer_idx"]:
+        refuse(path, "attn_layer_idx", c["attn_layer_idx"], "attention layers (hybrid models)")
+    ssm = c["ssm_cfg"] or {}
+    if not isinstance(ssm, dict):
+        refuse(path, "ssm_cfg", ssm, "expected a JSON object of Mamba-1 settings")
+    if ssm.get("layer", "Mamba1") != "Mamba1":
+        refuse(path, "ssm_cfg.layer", ssm["layer"], "seqssm reads Mamba-1 mixers only")
+    unknown = sorted(set(ssm) - MAMBA1_DEFAULTS.keys() - MAMBA1_NO_EFFECT)
+    if unknown:
+        refuse(path, f"ssm_cfg.{unknown[0]}", ssm[unknown[0]], "not a Mamba-1 setting seqssm knows")
+    s = {**MAMBA1_DEFAULTS, **ssm}
+    return lm_config(
+        path, d_model=c["d_model"], n_layers=c["n_layer"], vocab_size=c["vocab_size"], d_state=s["d_state"],
+        expand=s["expand"], d_conv=s["d_conv"], conv_bias=s["conv_bias"], proj_bias=s["bias"], dt_rank=s["dt_rank"],
+        rms_norm=c["rms_norm"], norm_eps=c["norm_epsilon"], residual_in_fp32=c["residual_in_fp32"],
+        tie_embeddings=c["tie_embeddings"], pad_vocab_size_multiple=c["pad_vocab_size_multiple"],
+    )
+
+
+def map_state_dict(own: dict, config: SequenceModelConfig, tensors: dict, origin: dict, folder: Path):
+    """mamba_ssm-keyed tensors -> the SequenceModel state dict."""
+    return map_lm_state_dict(own, config, tensors, origin, folder, TOP_KEYS)
+
+
+def check_writable(config: SequenceModelConfig) -> None:
+    """seqssm writes no mamba_ssm folders: always refused, naming the formats it writes."""
+    raise PretrainedFormatError("seqssm does not write mamba_ssm folders; write format 'hf' (which mamba_ssm "
+                                "users convert) or 'seqssm'")
+
+
+def write(model: nn.Module, folder: Path) -> None:
+    """Refused (`check_writable`)."""
+    check_writable(model.config)

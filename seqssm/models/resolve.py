@@ -1,0 +1,84 @@
+"""Where a model named by the user lies on this machine: a local folder or file as given, else a Hugging Face Hub
+repository (`ORG/NAME`, optionally `ORG/NAME@REVISION`) fetched once into the shared Hugging Face cache
+(huggingface_hub's blobs / refs / snapshots layout, `HF_HUB_CACHE`) and read from there afterwards.
+
+A local path of that name always wins. Only the files a model folder needs are fetched
+(`formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable, huggingface_hub
+serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
+stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from seqssm.errors import DownloadError, MissingFileError
+from seqssm.models.formats.files import MODEL_FILE_PATTERNS
+
+# ORG/NAME as the Hub spells repository ids (huggingface_hub's REPO_ID_REGEX, with the namespace required: a bare
+# name is far more often a mistyped local folder), optionally @REVISION
+HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(@(?P<revision>[\w./-]+))?", re.ASCII)
+# names that are files seqssm reads, never repositories
+FILE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".safetensors", ".json")
+
+
+def hub_id(text: str) -> tuple[str, str | None] | None:
+    """(repo id, revision or None) when `text` is spelled like a Hub id (ORG/NAME[@REVISION]), else None."""
+    match = HUB_ID.fullmatch(str(text))
+    if not match or "--" in match["repo"] or ".." in match["repo"] or match["repo"].endswith(FILE_SUFFIXES):
+        return None
+    return match["repo"], match["revision"]
+
+
+def resolve(source: str | Path, revision: str | None = None, cache_dir: str | Path | None = None,
+            what: str = "path") -> Path:
+    """The local path of `source`: itself when it exists, else the cached snapshot folder of the Hub id it spells
+    (fetched when missing); `what` names the argument in errors, which tell a mistyped path from a missing model."""
+    path = Path(source)
+    if path.exists():
+        return path
+    parsed = hub_id(str(source))
+    if parsed is None:
+        raise MissingFileError(f"{what}: {source}: no such file or folder (nor a Hub id, which reads ORG/NAME)")
+    repo, at = parsed
+    if at is not None and revision is not None and at != revision:
+        raise MissingFileError(f"{what}: {source} names revision {at!r}, but revision {revision!r} was given too")
+    return fetch(repo, revision or at, cache_dir, what)
+
+
+def fetch(repo: str, revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path") -> Path:
+    """The snapshot folder of Hub model `repo` at `revision` (default "main") in the Hugging Face cache, fetching
+    the model files (`MODEL_FILE_PATTERNS`) when online; errors name the id, the revision and how to get it."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from seqssm import __version__
+
+    rev = revision or constants.DEFAULT_REVISION
+    cache = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
+    where = f"{what}: no local folder {repo}, and the Hub model {repo} at revision {rev!r}"
+    fetch_it = (f"fetch it on a machine with access (`hf download {repo} --revision {rev}`, then copy "
+                f"{cache / ('models--' + repo.replace('/', '--'))}) or run this once online")
+    try:
+        return Path(snapshot_download(repo, revision=rev, cache_dir=cache_dir, allow_patterns=list(MODEL_FILE_PATTERNS),
+                                      library_name="seqssm", library_version=__version__))
+    except RevisionNotFoundError:
+        raise MissingFileError(f"{where} does not exist: the Hub has no such branch, tag or commit") from None
+    except RepositoryNotFoundError:
+        raise MissingFileError(f"{where} does not exist (or is private or gated: log in with `hf auth login`); "
+                               "a local path must exist as given") from None
+    except LocalEntryNotFoundError as e:  # offline or unreachable, and not (completely) in the cache
+        reason = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached"
+        incomplete = " only partly (an interrupted download)" if "incomplete" in str(e) else ""
+        raise MissingFileError(f"{where} is{incomplete or ' not'} in the Hugging Face cache {cache}, and {reason}; "
+                               f"{fetch_it}") from None
+    except (HfHubHTTPError, OSError) as e:
+        detail = " ".join(str(e).split())[:300]
+        raise DownloadError(f"{where} could not be fetched ({type(e).__name__}: {detail}); nothing half-written is "
+                            f"used: run it again, or {fetch_it}") from None
