@@ -10,8 +10,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from seqssm.errors import ConfigError
+
 from .cache import Ragged
 from .collate import PadCollate
+from .errors import path_problem
 from .tokenizers import ByteTokenizer
 
 SPLIT_SEED = 42  # S4's seed for held-out validation splits: keeps our splits equal to the published runs
@@ -66,6 +69,10 @@ class SeqDataModule(L.LightningDataModule):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         self.data_dir = Path(data_dir) if data_dir is not None else Path("data") / self.name
+        problem = path_problem(self.data_dir, folder=True)
+        if problem:
+            raise ConfigError(f"{type(self).__name__}: data_dir = {str(self.data_dir)!r} cannot hold the dataset: "
+                              f"{problem}; point data_dir at a folder (or a path where one can be made)")
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.data_dir / ".cache"
         self.batch_size = batch_size
         self.num_workers = num_workers

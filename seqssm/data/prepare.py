@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqssm.errors import ConfigError, DataNotFoundError
+from seqssm.errors import ConfigError, DataNotFoundError, check_int
 
+from .errors import path_problem
 from .extract import unpack
 from .sources import DATASETS, Dataset
 
@@ -45,10 +46,12 @@ def prepare(name: str, out: str | Path, source: str | Path | None = None, seed: 
     if name not in DATASETS:
         raise DataNotFoundError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     d, out = DATASETS[name], Path(out)
+    problem = path_problem(out, folder=True)
+    if problem:
+        raise ConfigError(f"data prepare {name}: cannot write into {out}: {problem}; pass --out (or --data-dir) "
+                          "naming a folder, or a path where one can be made")
     for key in COUNTS.get(name, ()) if source is None else ():
-        value = options[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"--{key.replace('_', '-')} must be an integer >= 1, got {value!r}")
+        check_int(f"data prepare {name}", f"--{key.replace('_', '-')}", options[key])
     if source is not None:
         files = local_sources(d, Path(source))
         unpack([(d, out)], files, {n: {"from": str(p)} for n, p in files.items()}, progress)

@@ -17,9 +17,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from seqssm.errors import ConfigError, check_int
+
 from ..species_splits import SPECIES_SPLITS
 
 BASES = np.frombuffer(b"ACGT", dtype=np.uint8)
+MAX_ORDER = 10  # the transition table has 4**order rows: 32 MB at order 10, 2 GB at 13
 
 
 def transition_table(rng: np.random.Generator, order: int, concentration: float) -> np.ndarray:
@@ -132,12 +135,22 @@ def write_genomes(out_dir: str | Path, species=("human", "lemur", "mouse", "pig"
     structure None: per species an order-`order` chain with rows ~ Dirichlet(`concentration`). A
     GenomeStructure: one such chain for all species (large `concentration` keeps it near uniform, so that
     k-mer counts tell little), with the species' motifs laid over it (see GenomeStructure)."""
+    check_int("species", "chrom_length", chrom_length)
+    check_int("species", "order", order, minimum=0)
+    if order > MAX_ORDER:
+        raise ConfigError(f"species: order = {order} needs a transition table of 4**{order} rows; use an order "
+                          f"of at most {MAX_ORDER}")
+    if not concentration > 0:
+        raise ConfigError(f"species: concentration must be > 0 (a Dirichlet parameter), got {concentration!r}")
+    if isinstance(species, str) or not species:
+        raise ConfigError(f"species: name at least one species in a list, got {species!r}")
     splits = splits or SPECIES_SPLITS  # the split table decides which chromosome files exist
+    unknown = [sp for sp in species if sp not in splits]
+    if unknown:
+        raise ConfigError(f"species: unknown species {unknown[0]!r}; known: {sorted(splits)}")
     out_dir = Path(out_dir)
     library = motif_library(structure, seed) if structure is not None else None
     for sp in species:
-        if sp not in splits:
-            raise ValueError(f"unknown species {sp!r}; known: {sorted(splits)}")
         # keyed by the species' place in the table, so a genome does not depend on which others are written
         rng = np.random.default_rng([seed, list(splits).index(sp)])
         cdf = transition_table(rng if structure is None else np.random.default_rng([seed, 2]), order, concentration)

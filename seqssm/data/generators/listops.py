@@ -13,8 +13,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from seqssm.errors import ConfigError, check_int
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 VALUE_P = 0.25
+# Trees drawn in a row without a new expression in range before giving up (~5-60 s): a range that few trees reach,
+# or fewer distinct expressions in it than asked for, would otherwise keep the loop drawing forever.
+MAX_MISSES = 100_000
 
 
 def _tree(rng: random.Random, depth: int, max_depth: int, max_args: int):
@@ -56,28 +61,64 @@ def to_string(tree) -> str:
     return s
 
 
+def longest(max_depth: int, max_args: int) -> int:
+    """The most tokens a tree of `_tree` can have: max_args children at every level above max_depth."""
+    length = 1
+    for _ in range(max_depth - 1):
+        length = 2 + max_args * length
+    return length
+
+
+def check_listops_arguments(n: int, max_depth: int, max_args: int, min_length: int, max_length: int) -> None:
+    """ConfigError naming the argument unless every size is in range and some tree has a token count strictly
+    between min_length and max_length."""
+    check_int("listops", "n", n)
+    check_int("listops", "max_depth", max_depth)
+    check_int("listops", "max_args", max_args, minimum=2)
+    check_int("listops", "min_length", min_length, minimum=0)
+    check_int("listops", "max_length", max_length)
+    if min_length + 1 >= max_length:
+        raise ConfigError(f"listops: min_length = {min_length} must be below max_length - 1 = {max_length - 1}: "
+                          "expressions of more than min_length and fewer than max_length tokens are kept")
+    most = longest(max_depth, max_args)
+    if min_length >= most:
+        raise ConfigError(f"listops: min_length = {min_length}, but trees of max_depth {max_depth} and max_args "
+                          f"{max_args} have at most {most} tokens: lower min_length (or raise max_depth)")
+
+
 def generate_listops(n: int, seed: int, max_depth: int = 10, max_args: int = 10,
                      min_length: int = 500, max_length: int = 2000, desc: str = "listops") -> list[tuple[str, int]]:
     """`n` distinct (source, target) pairs with token count in (min_length, max_length)."""
+    check_listops_arguments(n, max_depth, max_args, min_length, max_length)
     rng = random.Random(seed)
     seen: dict[str, int] = {}
+    misses = 0
     with tqdm(total=n, desc=desc, leave=False) as bar:
         while len(seen) < n:
             tree, length = _tree(rng, 1, max_depth, max_args)
-            if min_length < length < max_length:
-                s = to_string(tree)
-                if s not in seen:
-                    seen[s] = evaluate(tree)
-                    bar.update(1)
+            s = to_string(tree) if min_length < length < max_length else None
+            if s is None or s in seen:
+                misses += 1
+                if misses == MAX_MISSES:
+                    raise ConfigError(
+                        f"listops: {MAX_MISSES} trees in a row gave no new expression of more than min_length = "
+                        f"{min_length} and fewer than max_length = {max_length} tokens ({len(seen)} of n = {n} "
+                        "found): widen the range (--min-length, --max-length) or ask for fewer examples")
+                continue
+            misses = 0
+            seen[s] = evaluate(tree)
+            bar.update(1)
     return list(seen.items())
 
 
 def write_listops(out_dir: str | Path, n_train: int = 96_000, n_val: int = 2_000, n_test: int = 2_000,
                   seed: int = 0, **kwargs) -> Path:
     """Write `out_dir/basic_{train,val,test}.tsv` (header `Source<TAB>Target`); returns out_dir."""
+    for name, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
+        check_int("listops", name, value)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = generate_listops(n_train + n_val + n_test, seed, **kwargs)
+    out_dir.mkdir(parents=True, exist_ok=True)
     parts = {"train": rows[:n_train], "val": rows[n_train : n_train + n_val], "test": rows[n_train + n_val :]}
     for split, part in parts.items():
         with open(out_dir / f"basic_{split}.tsv", "w", encoding="utf-8") as f:

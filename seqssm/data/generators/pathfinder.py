@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from seqssm.errors import ConfigError, check_int
+
 from ..png import write_png
+
+# Draws in a row that find no room for the contours before giving up (~2 s): at res 32 about 3 in 4 draws fail,
+# below res ~20 every draw does, and the loop would otherwise never end.
+MAX_FAILED_DRAWS = 200
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,13 @@ class PathfinderStyle:
     dashes: int = 10          # dashes per main contour (the LRA levels vary this: 6 / 9 / 14)
     distractors: int = 2      # short contours without dots
     curvature: float = 0.15   # std of the heading change (radians) per half-pixel step
+
+    def __post_init__(self):
+        check_int("pathfinder", "res", self.res)
+        check_int("pathfinder", "dashes", self.dashes)
+        check_int("pathfinder", "distractors", self.distractors, minimum=0)
+        if not self.curvature >= 0:
+            raise ConfigError(f"pathfinder: curvature must be >= 0 (radians), got {self.curvature!r}")
 
     @property
     def scale(self) -> float:
@@ -125,13 +138,19 @@ def draw_sample(rng: np.random.Generator, st: PathfinderStyle, label: int, tries
 
 def generate_pathfinder(n: int, seed: int, style: PathfinderStyle) -> tuple[np.ndarray, np.ndarray]:
     """(images (n, res, res) uint8, labels (n,)) balanced at random, deterministic in `seed`."""
+    check_int("pathfinder", "n", n)
     rng = np.random.default_rng(seed)
     images = np.zeros((n, style.res, style.res), np.uint8)
     labels = rng.integers(0, 2, size=n)
     for i in tqdm(range(n), desc=f"pathfinder{style.res}", leave=False):
-        img = None
-        while img is None:
+        for _ in range(MAX_FAILED_DRAWS):
             img = draw_sample(rng, style, int(labels[i]))
+            if img is not None:
+                break
+        else:
+            raise ConfigError(f"pathfinder: {MAX_FAILED_DRAWS} draws in a row found no room for two contours of "
+                              f"{style.dashes} dashes at resolution {style.res}: raise the resolution (32 or more) "
+                              "or draw fewer dashes")
         images[i] = img
     return images, labels
 
@@ -140,9 +159,10 @@ def write_pathfinder(out_dir: str | Path, n: int, seed: int = 0, res: int = 32,
                      level: str = "curv_contour_length_14", per_batch: int = 1000, **style) -> Path:
     """Write `n` images in LRA's layout under `out_dir/pathfinder{res}/{level}`; returns that folder."""
     st = PathfinderStyle(res=res, **style)
+    check_int("pathfinder", "per_batch", per_batch)
+    images, labels = generate_pathfinder(n, seed, st)
     root = Path(out_dir) / f"pathfinder{res}" / level
     (root / "metadata").mkdir(parents=True, exist_ok=True)
-    images, labels = generate_pathfinder(n, seed, st)
     for b, start in enumerate(range(0, n, per_batch)):
         (root / "imgs" / str(b)).mkdir(parents=True, exist_ok=True)
         rows = []
