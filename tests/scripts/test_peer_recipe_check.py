@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from seqssm.data.generators.standins import write_mnist_standin
 from seqssm.layers.s4d import S4D
@@ -60,6 +61,57 @@ def test_peer_s4d_kernel_and_ssm_equal_seqssm_s4d(prc):
         y.append(y_t)
     torch.testing.assert_close(torch.stack(y, 1), peer.ssm(u[:1, :20].transpose(1, 2)).transpose(1, 2),
                                rtol=1e-9, atol=1e-10)
+
+
+def test_peer_s4d_equals_an_independent_reference(prc):
+    """The peer's layer against a computation that shares no code with it or with seqssm: the ZOH-discretised
+    diagonal SSM stepped in complex128, x_l = exp(ΔA) x_{l-1} + (exp(ΔA) - 1) / A u_l, y_l = 2 Re(C x_l) + D u_l
+    (B = 1 folded into C), as the published module (state-spaces/s4 models/s4/s4d.py) defines it: S4DKernel
+    materialises A = -exp(log_A_real) + i A_imag and dt = exp(log_dt) and builds the Vandermonde kernel; S4D
+    convolves it by FFT at length 2L, adds D u, then GELU, dropout, a 1x1 Conv1d to 2H channels and a GLU over
+    channels. Here the kernel is checked against that recurrence's impulse response and against a closed form,
+    the SSM against a dense causal convolution, and the block's output against GLU(conv(GELU(recurrence)))."""
+    torch.manual_seed(1)
+    H, N, L = 3, 8, 40
+    peer = prc.PeerS4D(H, N).double().eval()
+    with torch.no_grad():  # off the initial values
+        peer.log_A_real.add_(0.3 * torch.randn_like(peer.log_A_real))
+        peer.A_imag.add_(torch.randn_like(peer.A_imag))
+        peer.log_dt.add_(0.5 * torch.randn_like(peer.log_dt))
+    A = -peer.log_A_real.detach().exp() + 1j * peer.A_imag.detach()              # (H, N/2)
+    dtA = peer.log_dt.detach().exp().unsqueeze(-1) * A
+    C = torch.view_as_complex(peer.C.detach())
+    D = peer.D.detach()
+    u = torch.randn(2, H, L, dtype=torch.float64)
+
+    x = torch.zeros(2, H, N // 2, dtype=torch.complex128)
+    ys, impulse = [], []
+    xi = torch.zeros(H, N // 2, dtype=torch.complex128)
+    for t in range(L):
+        x = torch.exp(dtA) * x + (torch.exp(dtA) - 1) / A * u[..., t, None]
+        ys.append(2 * (C * x).sum(-1).real + D * u[..., t])
+        xi = torch.exp(dtA) * xi + (torch.exp(dtA) - 1) / A * (1.0 if t == 0 else 0.0)
+        impulse.append(2 * (C * xi).sum(-1).real)
+    y_rec = torch.stack(ys, -1)
+    k = peer.kernel(L).detach()
+    torch.testing.assert_close(k, torch.stack(impulse, -1), rtol=1e-10, atol=1e-12)
+    toeplitz = torch.stack([torch.cat([k[:, :t + 1].flip(-1), k.new_zeros(H, L - t - 1)], -1) for t in range(L)], 1)
+    dense = torch.einsum("hts,bhs->bht", toeplitz, u) + D[:, None] * u
+    torch.testing.assert_close(peer.ssm(u).detach(), dense, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(dense, y_rec, rtol=1e-9, atol=1e-10)
+    expected = F.glu(peer.mix(F.gelu(y_rec)), dim=1)
+    torch.testing.assert_close(peer(u).detach(), expected.detach(), rtol=1e-9, atol=1e-10)
+
+    # one real mode, a closed form: A = -1/2, Δ = 0.1, C = 1 gives K_l = 2 (1 - e^(-0.05)) / 0.5 e^(-0.05 l)
+    single = prc.PeerS4D(1, 2).double()
+    with torch.no_grad():
+        single.log_A_real.fill_(math.log(0.5))
+        single.A_imag.zero_()
+        single.log_dt.fill_(math.log(0.1))
+        single.C.copy_(torch.tensor([[[1.0, 0.0]]], dtype=torch.float64))
+    ell = torch.arange(5, dtype=torch.float64)
+    torch.testing.assert_close(single.kernel(5).detach()[0], 4 * (1 - math.exp(-0.05)) * torch.exp(-0.05 * ell),
+                               rtol=1e-12, atol=1e-14)
 
 
 def test_peer_initialisation_and_optimiser_follow_s4_example(prc):
