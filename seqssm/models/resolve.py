@@ -50,6 +50,7 @@ def resolve(source: str | Path, revision: str | None = None, cache_dir: str | Pa
 def fetch(repo: str, revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path") -> Path:
     """The snapshot folder of Hub model `repo` at `revision` (default "main") in the Hugging Face cache, fetching
     the model files (`MODEL_FILE_PATTERNS`) when online; errors name the id, the revision and how to get it."""
+    import httpx2
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
@@ -74,11 +75,11 @@ def fetch(repo: str, revision: str | None = None, cache_dir: str | Path | None =
         raise MissingFileError(f"{where} does not exist (or is private or gated: log in with `hf auth login`); "
                                "a local path must exist as given") from None
     except LocalEntryNotFoundError as e:  # offline or unreachable, and not (completely) in the cache
-        reason = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached"
+        reason = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else "the Hub cannot be reached"
         incomplete = " only partly (an interrupted download)" if "incomplete" in str(e) else ""
         raise MissingFileError(f"{where} is{incomplete or ' not'} in the Hugging Face cache {cache}, and {reason}; "
                                f"{fetch_it}") from None
-    except (HfHubHTTPError, OSError) as e:
+    except (HfHubHTTPError, OSError, httpx2.HTTPError) as e:  # a refused request, a connection cut mid-file
         detail = " ".join(str(e).split())[:300]
         raise DownloadError(f"{where} could not be fetched ({type(e).__name__}: {detail}); nothing half-written is "
                             f"used: run it again, or {fetch_it}") from None
