@@ -188,6 +188,10 @@ class IncompatibleWeightsError(SeqssmError, RuntimeError):
     """Pretrained weights do not fit the model under strict loading."""
 
 
+class UploadError(SeqssmError, RuntimeError):
+    """A model could not be uploaded to the Hugging Face Hub; the message names the repository and the reason."""
+
+
 class NonFiniteLossError(SeqssmError, FloatingPointError):
     """Training produced a NaN or infinite loss or gradient; raised before the optimizer step touches the weights."""
 
