@@ -34,7 +34,7 @@ from seqssm.rl.checkpoint import load_checkpoint
 from seqssm.rl.config import EvalConfig, FinalEvalConfig, RunConfig, algorithm_spec, check_value
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
-from seqssm.rl.runner import train
+from seqssm.rl.runner import set_threads, train
 
 SECTIONS = ("env", "agent", *ALGORITHMS, "eval", "final_eval")
 RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no section -> help
@@ -42,7 +42,7 @@ RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no se
     "out_dir": "where config.yaml, metrics.jsonl, best.pt, last.pt and summary.json go",
     "checkpoint_every": "iterations between last.pt saves (PPO: updates; SAC: evaluation intervals)",
     "device": "where the agent and its updates run: auto (CUDA when available, else CPU), cpu, cuda or cuda:N",
-    "threads": "torch CPU threads (default: torch's)",
+    "threads": "torch CPU threads (default: 1 for a CPU run, torch's for a GPU run)",
     "target_return": "stop once MMER (the best mean training return of an iteration) reaches this",
     "time_limit_s": "stop after the first iteration that ends past this many seconds",
 }
@@ -126,7 +126,7 @@ def eval_parser() -> ArgumentParser:
     parser.add_argument("--deterministic", type=bool, default=False, help="greedy actions instead of sampling")
     parser.add_argument("--eval_set", type=str | None, default=None,
                         help="play one of the run's env.eval_sets (e.g. ood) instead of its training env")
-    parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_argument("--threads", type=int | None, default=None, help=RUN_OPTIONS["threads"])
     parser.add_argument("--device", type=str, default="auto", help=RUN_OPTIONS["device"])
     return parser
 
@@ -137,9 +137,8 @@ def eval_main(argv: list[str]) -> dict:
     for option, limit in (("episodes", ">= 1"), ("num_envs", ">= 1"), ("seed", ">= 0"), ("threads", ">= 1")):
         if cfg[option] is not None:
             check_value(option, cfg[option], limit)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
+    set_threads(cfg.threads, device)
     agent, config, ckpt = load_checkpoint(cfg.ckpt)
     agent.to(device)
     sets = config.env.eval_sets

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import yaml
+from gymnasium import spaces
 
 from seqssm.errors import ConfigError
 from seqssm.rl.checkpoint import save_checkpoint
@@ -99,21 +101,72 @@ def check_env(config: RunConfig) -> None:
             raise ConfigError(f"--{option}: {e}") from e
 
 
+def available_memory(device: torch.device) -> int:
+    """Bytes free for new allocations on `device`: CUDA's free memory; on the CPU psutil's `available` where
+    installed (it counts reclaimable page cache), else the free pages that os.sysconf reports."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        import psutil
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return psutil.virtual_memory().available
+
+
+def state_bytes(state) -> int:
+    """Bytes of a (nested tuple of) state tensor(s); None and empty tuples hold none."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    return sum(state_bytes(s) for s in state) if isinstance(state, (tuple, list)) else 0
+
+
+def check_memory(config: RunConfig, agent, obs_space: spaces.Space, action_space: spaces.Space) -> None:
+    """ConfigError when the buffers of the run (the algorithm's `buffer_bytes`: rollouts or replay, and one core
+    state per environment) cannot fit in the memory free on the agent's device; before any of the num_envs
+    environments is built, so an impossible --ppo.num_envs is refused at once instead of hanging."""
+    device = next(agent.parameters()).device
+    per_env = state_bytes(agent.initial_state(1, device=torch.device("meta")))
+    need, how = config.algo.buffer_bytes(spaces.flatdim(obs_space), action_space, per_env)
+    free = available_memory(device)
+    if need > free:
+        raise ConfigError(f"the {config.algorithm} buffers would need about {need / 2**30:.1f} GiB ({how}), more than "
+                          f"the {free / 2**30:.1f} GiB of memory free on {device.type}: lower those settings")
+
+
 def build(config: RunConfig):
-    """The environments, agent and algorithm of `config` (seeded); ConfigError names what is wrong. `train`
-    validates the config first (`validate`, `check_env`): its range errors would surface here as crashes."""
+    """The environments, agent and algorithm of `config` (seeded); ConfigError names what is wrong (buffers that
+    cannot fit in memory too, before the environments are made). `train` validates the config first
+    (`validate`, `check_env`): its range errors would surface here as crashes."""
     torch.manual_seed(config.seed)
+    try:
+        probe = make_env(config.env)  # the vector env's single spaces, without making num_envs environments
+    except ENV_ERRORS as e:
+        raise ConfigError(f"--env: {e}") from e
+    obs_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    try:
+        agent = config.spec.make_agent(config.agent, config.algo, obs_space, action_space)
+    except AGENT_ERRORS as e:
+        raise ConfigError(f"--agent: {e}") from e
+    agent.to(resolve_device(config.device))
+    check_memory(config, agent, obs_space, action_space)
     try:
         envs = make_vector_env(config.env, config.algo.num_envs)
     except ENV_ERRORS as e:
         raise ConfigError(f"--env: {e}") from e
-    try:
-        agent = config.spec.make_agent(config.agent, config.algo, envs.single_observation_space,
-                                       envs.single_action_space)
-    except AGENT_ERRORS as e:
-        raise ConfigError(f"--agent: {e}") from e
-    agent.to(resolve_device(config.device))
     return config.spec.algorithm(agent, envs, config.algo, seed=config.seed)
+
+
+def set_threads(threads: int | None, device: torch.device) -> int:
+    """Set torch's intra-op CPU threads and return their number: `threads` if given, else one for a CPU run (an
+    RL agent's many small ops gain nothing from more, and on a machine shared with other work they collapse:
+    about 1,100 against 26-69 environment steps per second for the paper-sized S5 agent, issue 27), else torch's
+    default (a GPU run)."""
+    if threads is None and device.type == "cpu":
+        threads = 1
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def evaluate_sets(agent, config: RunConfig, final: bool = False) -> dict[str, dict]:
@@ -149,9 +202,12 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
     check_env(config)
     if out is not None:
         check_out_dir(out, overwrite)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    threads = set_threads(config.threads, device)
     algo = build(config)
+    if log is not None:
+        why = "as threads sets" if config.threads else f"the default on {device.type}"
+        log(f"torch CPU threads: {threads} ({why}; --threads N changes it)")
     agent = algo.agent
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ from seqssm.cli import main as seqssm_main
 from seqssm.rl.cli import algorithm_of, main, rl_parser
 from seqssm.rl.config import RunConfig, validate
 from seqssm.recipes import read_recipe
-from seqssm.rl.runner import check_env
+from seqssm.rl import runner
+from seqssm.rl.runner import build, check_env
 
 RECIPES = sorted(Path("recipes/rl").rglob("*.yaml"))
 # the arms of the RL reproductions, each `_base_: base.yaml`; mlp.yaml's `layer: none` is the reproduce worker's own
@@ -85,12 +86,74 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--env.eval_sets", "{}", "--final_eval.episodes", "4"],
      "--final_eval.episodes: the final evaluation plays env.eval_sets, and there are"),
     (["--final_eval.episodes", "-1"], "--final_eval.episodes = -1 is out of range: must be >= 0"),
+    # Before: accepted, then building 10^8 environments hung (issue 27)
+    (["--ppo.num_envs", "100000000"], "the ppo buffers would need about 846.4 GiB (--ppo.num_envs 100000000 x "
+                                      "(--ppo.unroll 128 steps x 69 B + 2 core states x 128 B)), more than the"),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):
     code, err = run_cli(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", "--out_dir", str(tmp_path / "r"),
                          *args], capsys)
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
+
+
+def tiny_config(recipe: str, *args: str) -> RunConfig:
+    algorithm = yaml.safe_load(Path(recipe).read_text())["algorithm"]
+    parser = rl_parser(algorithm)
+    init = parser.instantiate(parser.parse_args(["--config", recipe, *args]))
+    return RunConfig(algorithm=algorithm, env=init.env, agent=init.agent, algo=init[algorithm], eval=init.eval,
+                     device="cpu")
+
+
+@pytest.mark.parametrize("recipe, args, per_env", [
+    # PPO on RepeatFirstEasy: 4 envs x 64 steps of obs (4 + one-hot previous action 4 + reward + start flag = 10
+    # floats), a Discrete action (8 B), a done flag and 5 floats; plus 2 core states per env (added below)
+    ("recipes/rl/repeat_first_easy/s5.yaml", TINY_PPO, 4 * (64 * (4 * 10 + 8 + 1 + 20))),
+    # SAC: min(buffer_size, total_steps) transitions of obs, one-hot action and reward (float32)
+    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000"], None),
+])
+def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeypatch, recipe, args, per_env):
+    config = tiny_config(recipe, *args)
+    probe = runner.make_env(config.env)
+    obs_dim, actions = runner.spaces.flatdim(probe.observation_space), probe.action_space
+    agent = config.spec.make_agent(config.agent, config.algo, probe.observation_space, actions)
+    state = runner.state_bytes(agent.initial_state(1, device=torch.device("meta")))
+    assert state > 0
+    need, _ = config.algo.buffer_bytes(obs_dim, actions, state)
+    if per_env is not None:  # PPO's arithmetic, by hand
+        assert obs_dim == 10 and need == per_env + 4 * 2 * state
+    else:
+        assert need == 1000 * 4 * (obs_dim + runner.spaces.flatdim(actions) + 1) + config.algo.num_envs * state
+    monkeypatch.setattr(runner, "available_memory", lambda device: need - 1)
+    with pytest.raises(runner.ConfigError, match=rf"the {config.algorithm} buffers would need about 0\.0 GiB \(.*"
+                                                 r"\), more than the 0\.0 GiB of memory free on cpu"):
+        build(config)
+    monkeypatch.setattr(runner, "available_memory", lambda device: need)
+    build(config).envs.close()
+
+
+def test_available_memory_reads_the_machine():
+    free = runner.available_memory(torch.device("cpu"))
+    assert 0 < free < 2**50
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_rl_runs_on_one_cpu_thread_unless_threads_says_otherwise(restore_threads):
+    torch.set_num_threads(2)
+    assert runner.set_threads(None, torch.device("cpu")) == 1 == torch.get_num_threads()
+    assert runner.set_threads(2, torch.device("cpu")) == 2 == torch.get_num_threads()
+    assert runner.set_threads(None, torch.device("cuda")) == 2  # a GPU run keeps torch's (or the recipe's)
+
+
+def test_the_gpu_sized_paper_recipes_set_one_thread_too():
+    recipes = sorted(Path("recipes/rl/popgym_lu2023").rglob("*.yaml"))
+    assert len(recipes) >= 20 and all(yaml.safe_load(r.read_text())["threads"] == 1 for r in recipes)
 
 
 def test_bad_sac_and_eval_options_are_one_line_with_exit_code_2(capsys, tmp_path):
@@ -106,9 +169,10 @@ def test_bad_sac_and_eval_options_are_one_line_with_exit_code_2(capsys, tmp_path
     assert code == 2 and "algorithm" in err  # the parser's own message
 
 
-def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, capsys):
+def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, capsys, restore_threads):
     out = tmp_path / "run"
     summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--out_dir", str(out)])
+    assert "torch CPU threads: 1 (as threads sets; --threads N changes it)" in capsys.readouterr().out
     assert summary["steps"] == 512 and summary["env"] == "RepeatFirstEasy" and summary["algorithm"] == "ppo"
     assert summary["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")  # --device auto
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -58,6 +58,15 @@ class PPOConfig:
     norm_adv: bool = True
     value_clip: float | None = None
 
+    def buffer_bytes(self, obs_dim: int, action_space, state_bytes: int) -> tuple[int, str]:
+        """(bytes, how they add up) of one rollout: num_envs x unroll steps of a float32 observation, an action (8
+        bytes an entry, at most), a done flag and five float32 scalars (log-prob, value, reward, advantage,
+        return), plus each environment's start and current core state (`state_bytes` each)."""
+        step = 4 * obs_dim + 8 * int(np.prod(action_space.shape, dtype=np.int64) or 1) + 1 + 5 * 4
+        total = self.num_envs * (self.unroll * step + 2 * state_bytes)
+        return total, (f"--ppo.num_envs {self.num_envs} x (--ppo.unroll {self.unroll} steps x {step} B "
+                       f"+ 2 core states x {state_bytes} B)")
+
     def check(self) -> None:
         """Raise ConfigError unless minibatches split the environments evenly (whole sequences per minibatch)."""
         if self.num_envs % self.minibatches:

@@ -60,6 +60,16 @@ class SACConfig:
     target_entropy_scale: float = 0.5
     grad_clip: float | None = None
 
+    def buffer_bytes(self, obs_dim: int, action_space, state_bytes: int) -> tuple[int, str]:
+        """(bytes, how they add up) of the replay buffer once full (buffer_size transitions, or total_steps if
+        fewer): per transition a float32 observation, action (as the networks read it) and reward, plus each
+        environment's current state (`state_bytes`)."""
+        held = min(self.buffer_size, self.total_steps)
+        step = 4 * (obs_dim + spaces.flatdim(action_space) + 1)
+        return held * step + self.num_envs * state_bytes, (
+            f"min(--sac.buffer_size, --sac.total_steps) = {held} transitions x {step} B "
+            f"+ --sac.num_envs {self.num_envs} x {state_bytes} B of state")
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of x over the positions where mask (same shape, bool) is True; 0 if none is."""
