@@ -22,7 +22,7 @@ from typing import Iterator
 
 from torch import nn
 
-from seqssm.errors import OutputExistsError
+from seqssm.errors import OutputExistsError, UploadError
 from seqssm.models import formats
 from seqssm.models.formats.files import CARD_FILE, CONFIG_FILE, MODEL_FILE_PATTERNS
 from seqssm.models.formats.seqssm import FORMAT_VERSION, NAME as FORMAT
@@ -149,15 +149,23 @@ def model_card(model: nn.Module, format: str = FORMAT, task: str | None = None, 
 def push_to_hub(folder: str | Path, repo_id: str, private: bool | None = None, revision: str | None = None,
                 token: str | None = None, commit_message: str = "Upload model with seqssm") -> str:
     """Upload the model folder `folder` to the Hub repository `repo_id` (created when missing) on branch
-    `revision` (default main) through huggingface_hub; returns the commit's URL."""
+    `revision` (default main, created from it when missing) through huggingface_hub; returns the commit's URL.
+    A refusal or an unreachable Hub raises UploadError naming the repository."""
+    import httpx2
     from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(token=token, library_name="seqssm")
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    if revision is not None:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
-                             commit_message=commit_message)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
+                                 commit_message=commit_message)
+    except (HfHubHTTPError, OSError, httpx2.HTTPError) as e:
+        detail = " ".join(str(e).split())[:300]
+        raise UploadError(f"{repo_id}: the upload failed ({type(e).__name__}: {detail}); {folder} is intact: "
+                          "check `hf auth whoami` and the network, then push again") from None
     return str(info)
 
 

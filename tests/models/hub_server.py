@@ -5,6 +5,7 @@
     GET  /api/models/{repo}/tree/{commit}          list_repo_tree (recursive): path, size, oid of each file
     HEAD /{repo}/resolve/{commit}/{path}           file metadata: X-Repo-Commit, ETag, Content-Length
     GET  /{repo}/resolve/{commit}/{path}           the bytes (or, for a path in `truncate`, half of them)
+    POST /api/validate-yaml                        the model card's metadata, checked before an upload
     POST /api/repos/create                         create_repo
     POST /api/models/{repo}/branch/{branch}        create_branch
     POST /api/models/{repo}/preupload/{rev}        every file uploads inline ("regular"), so no LFS / Xet
@@ -142,10 +143,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         p = self.parts()
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if p == ["api", "validate-yaml"]:  # the README's metadata block, checked before a commit
+            return self.reply(200, {"errors": [], "warnings": []})
         if p == ["api", "repos", "create"]:
             spec = json.loads(body)
             repo_id = f"{spec['organization']}/{spec['name']}" if spec.get("organization") else spec["name"]
-            self.server.repos.setdefault(repo_id, Repo(private=bool(spec.get("private"))))
+            private = spec.get("visibility", "private" if spec.get("private") else "public") == "private"
+            self.server.repos.setdefault(repo_id, Repo(private=private))
             return self.reply(200, {"url": f"{self.server.url}/{repo_id}", "name": repo_id})
         if p[:2] != ["api", "models"] or len(p) < 6:
             return self.error(404, "NotFound", f"no route for POST {self.path}")
