@@ -56,10 +56,10 @@ def global_step(path) -> int:
 
 def test_fit_resume_test_and_export(workdir, capsys):
     seqssm("fit", "--config", "tiny.yaml", cwd=workdir)
-    last = workdir / "run" / "checkpoints" / "last.ckpt"
+    logs = workdir / "run" / "lightning_logs" / "version_0"  # the run's folder: config, metrics, checkpoints
+    last = logs / "checkpoints" / "last.ckpt"
     assert global_step(last) == 4
     assert any(p.name.startswith("epoch=0-step=4-val_acc=") for p in last.parent.iterdir())
-    logs = workdir / "run" / "lightning_logs" / "version_0"
     assert yaml.safe_load((logs / "hparams.yaml").read_text())["n_classes"] == 2  # linked from the data
     config = logs / "config.yaml"
 
@@ -266,7 +266,8 @@ def test_ddp_two_cpu_processes(workdir):
                     "--checkpoint.last_every_n_train_steps", "1", cwd=workdir)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in output
-    last = torch.load(workdir / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    last = torch.load(workdir / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu",
+                      weights_only=True)
     # 64 windows split over 2 ranks at batch 16: 2 batches per rank and epoch (one process would have 4),
     # so step 3 falls in epoch 1
     assert last["global_step"] == 3 and last["epoch"] == 1

@@ -291,22 +291,27 @@ class SequenceTask(L.LightningModule):
     def _stop_not_finite(self, what: str, batch_idx: int) -> None:
         raise NonFiniteLossError(
             f"{what} at global step {self.global_step} (epoch {self.current_epoch}, batch {batch_idx}); training "
-            f"stopped before this step's update. Last good checkpoint: {self.last_good_checkpoint()}. Lower "
-            "model.init_args.lr, set trainer.gradient_clip_val, or resume from the checkpoint with --ckpt_path.")
+            f"stopped before this step's update. {self.last_good_checkpoint()}")
 
     def last_good_checkpoint(self) -> str:
-        """The newest checkpoint from before the current step (TaskCheckpoint's last.ckpt), for an error message."""
+        """What to resume after a non-finite step, for the error message: the newest checkpoint from before the
+        current step (TaskCheckpoint's last.ckpt) and how to go on, or that there is none and what to change."""
         callback = self.trainer.checkpoint_callback
         last_good = getattr(callback, "last_good", None)
         good = last_good(self.trainer) if last_good is not None else None
+        change = "Lower model.init_args.lr or set trainer.gradient_clip_val"
         if good is not None:
-            return f"{good[0]} (global step {good[1]})"
+            return (f"Last good checkpoint: {good[0]} (global step {good[1]}). {change}, then resume from it with "
+                    "--ckpt_path.")
         best = getattr(callback, "best_model_path", "")
         also = f"; the best one is {best}" if best else ""
         if self.trainer.ckpt_path and self._resumed_step == self.global_step:
-            return (f"none: this run resumed from {self.trainer.ckpt_path} at this very step, so that checkpoint "
-                    f"gives these non-finite values again{also}")
-        return f"none from before this step{also}"
+            return (f"Last good checkpoint: none: this run resumed from {self.trainer.ckpt_path} at this very step, so "
+                    f"that checkpoint gives these non-finite values again{also}. {change}, and resume from an earlier "
+                    "checkpoint with --ckpt_path or start the run again.")
+        resume = f" (or resume from {best} with --ckpt_path)" if best else ""
+        return (f"No good checkpoint: this run saved none from before this step{also}. {change}, or check the data "
+                f"for NaN or inf values; then start the run again{resume}.")
 
     # -- checkpoints -------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

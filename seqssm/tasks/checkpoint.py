@@ -12,7 +12,9 @@ newest state whatever happens:
   so a kill while writing leaves the previous file loadable;
 - during training the generation before it is kept as a hidden hard link (no copy), so that when a step's
   loss or gradients are not finite the guard can name, and put back as `last.ckpt`, a state from before
-  that step: the state at that step gives the same non-finite values again when resumed exactly.
+  that step: the state at that step gives the same non-finite values again when resumed exactly. When
+  there is none (a non-finite value at the first steps), the `last.ckpt` this run wrote at the failing step
+  is removed: it cannot be resumed, and `--ckpt_path last` must not pick it.
 """
 
 from __future__ import annotations
@@ -138,11 +140,16 @@ class TaskCheckpoint(ModelCheckpoint):
         """(path, global step) of the newest last.ckpt from before the current step, or None.
 
         When last.ckpt holds this very step, whose loss or gradients turned out not finite, the generation
-        before it is put back as last.ckpt, so that `--ckpt_path last` (with, say, a lower lr) can work.
+        before it is put back as last.ckpt, so that `--ckpt_path last` (with, say, a lower lr) can work; when
+        there is no generation before it, last.ckpt is removed (see the module docstring).
         """
         if self.last_saved_step is not None and self.last_saved_step < trainer.global_step:
             return self.last_path, self.last_saved_step
         if self.previous_saved_step is None or self.previous_saved_step >= trainer.global_step:
+            if self._writes and self.last_saved_step == trainer.global_step:  # this run wrote the failing state
+                if trainer.is_global_zero:
+                    Path(self.last_path).unlink(missing_ok=True)
+                self.last_saved_step = None
             return None
         if trainer.is_global_zero:
             if not os.path.isfile(self.previous_path):

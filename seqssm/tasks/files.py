@@ -1,14 +1,23 @@
-"""Crash-safe writes for training outputs: a file is replaced whole or not at all.
+"""Training outputs on disk: crash-safe writes (a file is replaced whole or not at all) and one run per folder.
 
 A process killed (or out of disk) while writing must leave the previous version readable. Every
 file is written under a temporary name in its own folder, flushed to disk, then renamed over the
 old one (`os.replace` is atomic on a local filesystem). Lightning's own writer stages through a
 temporary file elsewhere and copies it into place when that is another device, which a kill can cut.
+A full disk is reported as such (`DiskFullError`: the folder and "no space left"), not as the writer's
+own message (torch's is "unexpected pos 704 vs 598").
+
+Two runs writing into one folder would interleave their checkpoints and logs: `RunFolderLock` keeps a
+second one out while the first runs.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import socket
+import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -17,6 +26,7 @@ from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
+from seqssm.errors import RunFolderBusyError, disk_full_error
 from seqssm.models.safe_load import load_torch_file
 
 TEMPORARY_MARK = ".tmp-"
@@ -37,8 +47,11 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        full = disk_full_error(e, path)
+        if full is not None:
+            raise full from e
         raise
 
 
@@ -51,8 +64,11 @@ def append_or_roll_back(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as e:
         os.truncate(path, size)
+        full = disk_full_error(e, path)
+        if full is not None:
+            raise full from e
         raise
 
 
@@ -80,3 +96,63 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+
+
+LOCK_FILE = ".seqssm-fit.lock"
+
+
+class RunFolderLock:
+    """Held while a run writes into `folder`: `<folder>/.seqssm-fit.lock`, flock-ed and naming the holder
+    ("PID 1234 on host h since 2026-01-01 12:00:00 UTC").
+
+    A second process is refused with a RunFolderBusyError naming the folder and the holder. The kernel drops
+    the flock when its process dies however it dies, so a lock file left by a killed run is taken over, with a
+    line on stderr naming the run that left it. Use as a context manager.
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RunFolderLock":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunFolderBusyError(
+                    f"{self.folder} is in use by another seqssm fit ({holder or 'its lock file names no process'}); "
+                    "two runs in one folder would overwrite each other's checkpoints. Wait for it to end, or give "
+                    "this run its own folder with --trainer.default_root_dir.") from None
+            try:  # a holder that ended between our open and our flock removed the file: lock the one there now
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        stale = _read_holder(fd)
+        if stale:
+            print(f"seqssm: {self.folder} was locked by a run that is no longer running ({stale}); taking its lock "
+                  "over", file=sys.stderr, flush=True)
+        os.ftruncate(fd, 0)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        os.pwrite(fd, f"PID {os.getpid()} on host {socket.gethostname()} since {stamp}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fd is None:
+            return
+        # removed while still locked, so that a process waiting on the old file finds it gone and retries
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+
+def _read_holder(fd: int) -> str:
+    """The holder line of an open lock file ("" when empty)."""
+    return os.pread(fd, 512, 0).decode(errors="replace").strip()

@@ -2,6 +2,13 @@
 
 Here, below both the `seqssm` command and the species study (which runs its stages through it), so
 that neither has to import the other.
+
+Where `seqssm fit` writes, as Lightning users expect: each new run of a recipe is a new version,
+`<default_root_dir>/lightning_logs/version_N/` with its config.yaml, metrics.csv and `checkpoints/` (best by the
+task's metric, and last.ckpt), so a second run never touches the first one's files. `--ckpt_path last` resumes
+the run whose last.ckpt was written most recently, in its own version folder. While a run writes, its
+default_root_dir is locked (`RunFolderLock`): a second `seqssm fit` there is refused. A CLI built with
+`run=False` (the studies) writes its checkpoints to `<default_root_dir>/checkpoints` and manages its folders itself.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,6 +24,7 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from seqssm.arguments import ShortErrors
 from seqssm.errors import ConfigError, MissingFileError, user_error_in
@@ -24,6 +33,7 @@ from seqssm.models.safe_load import checkpoint_error
 from ..data import SeqDataModule
 from .base import SequenceTask
 from .checkpoint import TaskCheckpoint
+from .files import RunFolderLock
 from .logs import CSVLogger
 from seqssm.recipes import RECIPE_PARSER_MODE, register_recipe_loader
 from .resume import ResumableTrainData
@@ -31,6 +41,29 @@ from .resume import ResumableTrainData
 LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id", "max_length")
 # --ckpt_path values that Lightning resolves itself rather than reading as a file name
 LIGHTNING_CKPT_NAMES = ("best", "last", "hpc", "registry")
+VERSIONS = "lightning_logs"  # <default_root_dir>/lightning_logs/version_N: one run of `seqssm fit` each
+
+
+def version_folder(root: str | Path, version: int) -> Path:
+    """The folder of run `version` under `root` (a default_root_dir): config.yaml, metrics.csv, checkpoints/."""
+    return Path(root) / VERSIONS / f"version_{version}"
+
+
+def run_versions(root: str | Path) -> dict[int, Path]:
+    """The runs under `root` (a default_root_dir): version number -> its folder."""
+    found = {}
+    for folder in (Path(root) / VERSIONS).glob("version_*"):
+        number = folder.name.partition("_")[2]
+        if folder.is_dir() and number.isdigit():
+            found[int(number)] = folder
+    return found
+
+
+def newest_last_checkpoint(root: str | Path) -> Path | None:
+    """The last.ckpt under `root`'s run versions that was written most recently, or None."""
+    found = [f / "checkpoints" / "last.ckpt" for f in run_versions(root).values()]
+    found = [p for p in found if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 class SeqssmParser(ShortErrors, LightningArgumentParser):
@@ -41,12 +74,19 @@ class SeqssmCLI(LightningCLI):
     """LightningCLI with data-to-model dimension links, task-aware checkpoints, safe checkpoint loading and
     recipes that name their base (`seqssm.recipes`)."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        # the run-folder locks that before_instantiate_classes takes are held until the run ends, however it ends
+        with ExitStack() as self._locks:
+            super().__init__(*args, **kwargs)
+
     def init_parser(self, **kwargs: Any):
         register_recipe_loader()
         kwargs.setdefault("parser_mode", RECIPE_PARSER_MODE)
         return super().init_parser(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
+        if self.config.get("subcommand"):
+            self._resolve_last(self.config[self.config.subcommand])
         # Lightning reads the hyper-parameters of --ckpt_path here, with torch.load(weights_only=True): name the file
         # and what is wrong with it when that fails, as every other checkpoint read of seqssm does
         try:
@@ -71,9 +111,11 @@ class SeqssmCLI(LightningCLI):
             config["weights_only"] = True
         ckpt = config.get("ckpt_path")
         if ckpt and ckpt.split(":")[0] not in LIGHTNING_CKPT_NAMES and "://" not in ckpt and not Path(ckpt).is_file():
-            raise MissingFileError(f"--ckpt_path {ckpt}: no such checkpoint file. Give a .ckpt of `seqssm fit` (its "
-                                   "<default_root_dir>/checkpoints folder), or --ckpt_path last to resume the run in "
-                                   "--trainer.default_root_dir")
+            raise MissingFileError(f"--ckpt_path {ckpt}: no such checkpoint file. Give a .ckpt of `seqssm fit` (in "
+                                   f"<default_root_dir>/{VERSIONS}/version_N/checkpoints), or --ckpt_path last for the "
+                                   "newest run in --trainer.default_root_dir")
+        if self.subcommand == "fit":
+            self.lock_run_folders(config)
         if config.get("torch_threads") is not None:
             if config.torch_threads < 1:
                 raise ConfigError(f"torch_threads must be >= 1, got {config.torch_threads}")
@@ -100,32 +142,79 @@ class SeqssmCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def after_instantiate_classes(self) -> None:
-        # a stable folder per run, so that `--ckpt_path last` finds the previous run's last.ckpt
-        for callback in self.trainer.checkpoint_callbacks:
-            if isinstance(callback, TaskCheckpoint) and callback.dirpath is None:
-                callback.dirpath = os.path.join(self.trainer.default_root_dir, "checkpoints")
+        if self.subcommand is None:
+            # built with run=False (the studies): one stable folder per default_root_dir, which they manage
+            for callback in self.trainer.checkpoint_callbacks:
+                if isinstance(callback, TaskCheckpoint) and callback.dirpath is None:
+                    callback.dirpath = os.path.join(self.trainer.default_root_dir, "checkpoints")
 
-    def before_fit(self) -> None:
-        """Resolve `--ckpt_path last` to a file, and refuse a fit that would overwrite another run's last.ckpt."""
-        config = self.config_init[self.subcommand]
+    def _resolve_last(self, config) -> None:
+        """Replace `--ckpt_path last` by the newest last.ckpt of the runs in default_root_dir (or in
+        --checkpoint.dirpath when given), or say where none was found."""
+        if config.get("ckpt_path") != "last":
+            return
+        root = config.trainer.get("default_root_dir") or os.getcwd()
+        dirpath = (config.get("checkpoint") or {}).get("dirpath")
+        if dirpath:
+            found = sorted(Path(dirpath).glob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+            last, where = (found[-1] if found else None), f"{dirpath} (--checkpoint.dirpath)"
+        else:
+            last = newest_last_checkpoint(root)
+            where = (f"{Path(root) / VERSIONS}/version_*/checkpoints (the runs of "
+                     f"trainer.default_root_dir={config.trainer.get('default_root_dir')})")
+        if last is None:
+            raise ConfigError(f"--ckpt_path last: nothing to resume: no last.ckpt in {where}. Check "
+                              "--trainer.default_root_dir (or the --config that sets it), give a checkpoint file with "
+                              "--ckpt_path PATH, or leave out --ckpt_path to start a new run.")
+        config["ckpt_path"] = str(last)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        self.place_run()
+        super()._run_subcommand(subcommand)
+
+    def lock_run_folders(self, config) -> None:
+        """Lock default_root_dir (and --checkpoint.dirpath when given) until this CLI is done; before the Trainer is
+        built, so that a refusal is the only line printed. The other processes of a DDP run write nothing of
+        their own and lock nothing."""
+        if rank_zero_only.rank != 0 or os.environ.get("NODE_RANK", "0") != "0":
+            return
+        folders = {Path(config.trainer.get("default_root_dir") or os.getcwd())}
+        if (config.get("checkpoint") or {}).get("dirpath"):
+            folders.add(Path(config.checkpoint.dirpath))
+        for folder in sorted(folders):
+            self._locks.enter_context(RunFolderLock(folder))
+
+    def place_run(self) -> None:
+        """Give a fit its folder: the version folder of the run that --ckpt_path resumes, else a new version
+        (checkpoints and the default logger's files both); with --checkpoint.dirpath, refuse to overwrite another
+        run's last.ckpt there. validate / test / predict read the checkpoints of the run they evaluate."""
         callback = self.trainer.checkpoint_callback
-        if not isinstance(callback, TaskCheckpoint) or not callback.save_last:
+        if not isinstance(callback, TaskCheckpoint):
+            return
+        ckpt = self.config_init[self.subcommand].get("ckpt_path")
+        if self.subcommand != "fit":
+            if callback.dirpath is None and ckpt and Path(ckpt).is_file():
+                callback.dirpath = str(Path(ckpt).parent)
+            return
+        root = Path(self.trainer.default_root_dir)
+        if callback.dirpath is None:
+            versions = run_versions(root)
+            resumed = [n for n, folder in versions.items()
+                       if ckpt and Path(ckpt).resolve().parent == (folder / "checkpoints").resolve()]
+            version = resumed[0] if resumed else max(versions, default=-1) + 1
+            callback.dirpath = str(version_folder(root, version) / "checkpoints")
+            for logger in self.trainer.loggers:
+                # Lightning's CSV and TensorBoard loggers in <root>/lightning_logs: the same version folder
+                if hasattr(logger, "_version") and Path(getattr(logger, "root_dir", "")) == root / VERSIONS:
+                    logger._version = version
             return
         folder = Path(callback.dirpath)
-        where = f"{folder} (the checkpoints folder of trainer.default_root_dir={self.trainer.default_root_dir})"
-        if config.get("ckpt_path") == "last":
-            found = sorted(folder.glob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
-            if not found:
-                raise ConfigError(f"--ckpt_path last: nothing to resume: no last.ckpt in {where}. Check "
-                                  "--trainer.default_root_dir (or the --config that sets it), give a checkpoint file "
-                                  "with --ckpt_path PATH, or leave out --ckpt_path to start a new run.")
-            config["ckpt_path"] = str(found[-1])
-        resumes_here = config.get("ckpt_path") and Path(config["ckpt_path"]).resolve().parent == folder.resolve()
         last = folder / "last.ckpt"
-        if last.is_file() and not resumes_here:
+        resumes_here = ckpt and Path(ckpt).resolve().parent == folder.resolve()
+        if callback.save_last and last.is_file() and not resumes_here:
             raise ConfigError(f"{last} holds the state of an earlier run, which this run would overwrite. Resume "
                               "that run with --ckpt_path last, give this run its own folder with "
-                              f"--trainer.default_root_dir, or delete {folder} to start over.")
+                              f"--checkpoint.dirpath, or delete {folder} to start over.")
 
 
 def setting_error(error: BaseException) -> str:

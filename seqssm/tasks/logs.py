@@ -3,7 +3,9 @@
 Lightning's writer rewrites `metrics.csv` in place whenever a new column appears (the first validation,
 say): a full disk or a kill in that moment leaves it empty. Here a rewrite goes through a temporary file
 and a rename, and an append that fails is cut back, so the file always holds every row saved before.
-`seqssm fit` uses this logger unless `trainer.logger` names another.
+A run resumed in its own version folder (`seqssm fit --ckpt_path last`) goes on appending to its
+`metrics.csv`, where Lightning's writer would delete it. `seqssm fit` uses this logger unless
+`trainer.logger` names another.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from .files import append_or_roll_back, atomic_write
 
 
 class CrashSafeExperimentWriter(ExperimentWriter):
-    """ExperimentWriter whose `metrics.csv` and `hparams.yaml` keep their previous content when a write fails."""
+    """ExperimentWriter whose `metrics.csv` and `hparams.yaml` keep their previous content when a write fails,
+    and whose `metrics.csv` in an existing folder (a resumed run's) is continued, not deleted."""
+
+    def _check_log_dir_exists(self) -> None:
+        if not isinstance(self._fs, LocalFileSystem):
+            return super()._check_log_dir_exists()
+        if os.path.isfile(self.metrics_file_path):
+            with open(self.metrics_file_path, newline="") as f:
+                self.metrics_keys = next(csv.reader(f), [])
 
     def save(self) -> None:
         if not self.metrics:

@@ -386,4 +386,4 @@ def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
     assert report.clean and report.skipped == ["head.weight", "head.bias"]
     assert "embedding.weight" in report.loaded and "backbone.layers.1.branches.0.ssp.A_log" in report.loaded
     assert cli.trainer.global_step == 3 and cli.model.model.head.out_features == 2
-    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()

@@ -1,13 +1,24 @@
-"""`seqssm fit` and resuming: --ckpt_path last finds the run or says where it looked; a new run never overwrites
-another run's last.ckpt; a run stopped by --trainer.max_steps resumes for more steps."""
+"""`seqssm fit` runs and their folders: each new run of a recipe is a new version beside the others, --ckpt_path last
+resumes the newest run in its own folder (or says where it looked), a run stopped by --trainer.max_steps resumes for
+more steps, a run folder is locked while a run writes to it, a full disk is one line that names the folder, and a
+run that failed at once leaves nothing that refuses the next one."""
 
 from __future__ import annotations
 
+import csv
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
-from test_cli import workdir  # noqa: F401
+from test_cli import run, workdir  # noqa: F401
 
 from seqssm.cli import main
+from seqssm.errors import DiskFullError, RunFolderBusyError
+from seqssm.tasks.files import LOCK_FILE, RunFolderLock, atomic_write, temporary_path
 
 from .helpers import one_thread  # noqa: F401
 
@@ -16,28 +27,143 @@ def fit(*args):
     main(["fit", "--config", "tiny.yaml", "--torch_threads", "1", *args])
 
 
+def version(n: int) -> Path:
+    """Run n's folder in the tiny recipe's default_root_dir (relative to the working directory)."""
+    return Path("run") / "lightning_logs" / f"version_{n}"
+
+
+def step_of(path) -> int:
+    return torch.load(path, weights_only=True)["global_step"]
+
+
 def test_resume_finds_the_run_or_says_where_it_looked(workdir, capsys):
-    with pytest.raises(SystemExit) as info:
-        fit("--ckpt_path", "last")
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert ("seqssm fit: error: --ckpt_path last: nothing to resume: no last.ckpt in run/checkpoints (the checkpoints "
-            "folder of trainer.default_root_dir=run)") in err
+    code, err = run(["fit", "--config", "tiny.yaml", "--ckpt_path", "last"], capsys)
+    assert code == 2
+    assert ("seqssm fit: error: --ckpt_path last: nothing to resume: no last.ckpt in run/lightning_logs/version_*/"
+            "checkpoints (the runs of trainer.default_root_dir=run)") in err
     assert "leave out --ckpt_path to start a new run" in err and "save_last" not in err
-    assert not (workdir / "run").exists(), "nothing was written"
+    assert not (workdir / "run" / "lightning_logs").exists(), "nothing was written"
 
     fit("--trainer.max_steps", "2")  # stops inside the first epoch (4 batches)
-    last = workdir / "run" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 2
-    before = last.read_bytes()
-
-    with pytest.raises(SystemExit) as info:
-        fit()  # a new run in the same folder
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert ("seqssm fit: error: run/checkpoints/last.ckpt holds the state of an earlier run, which this run would "
-            "overwrite. Resume that run with --ckpt_path last") in err
-    assert last.read_bytes() == before
+    last = version(0) / "checkpoints" / "last.ckpt"
+    assert step_of(last) == 2
 
     fit("--ckpt_path", "last", "--trainer.max_steps", "3")
-    assert torch.load(last, weights_only=True)["global_step"] == 3
+    assert step_of(last) == 3, "resumed in its own folder"
+    assert sorted(p.name for p in (workdir / "run" / "lightning_logs").iterdir()) == ["version_0"]
+    with open(version(0) / "metrics.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("lr")]
+    assert steps == [0, 1, 2], "the resumed run's rows follow the first part's in the same metrics.csv"
+
+
+def test_a_second_run_of_a_recipe_is_a_new_version_and_last_resumes_the_newest(workdir, capsys):
+    fit("--trainer.max_steps", "2")
+    first = version(0) / "checkpoints" / "last.ckpt"
+    before = first.read_bytes()
+    fit("--trainer.max_steps", "1")  # the same command again: a new run beside the first
+    second = version(1) / "checkpoints" / "last.ckpt"
+    assert step_of(second) == 1 and (version(1) / "config.yaml").is_file()
+    assert first.read_bytes() == before, "the first run's checkpoints are untouched"
+
+    fit("--ckpt_path", "last", "--trainer.max_steps", "2")
+    assert step_of(second) == 2 and first.read_bytes() == before, "last is the newest run, resumed where it is"
+    fit("--ckpt_path", "last", "--trainer.max_steps", "3")
+    assert step_of(second) == 3, "and it stays the newest"
+    assert not version(2).exists()
+
+    fit("--ckpt_path", str(first), "--trainer.max_steps", "3")  # an older run, named: resumed in its folder
+    assert step_of(first) == 3 and not version(2).exists()
+
+
+def test_a_run_folder_is_locked_while_a_run_writes_to_it(workdir, capsys):
+    with RunFolderLock("run"):
+        code, err = run(["fit", "--config", "tiny.yaml"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"seqssm fit: error: run is in use by another seqssm fit (PID {os.getpid()} on host ")
+    assert "--trainer.default_root_dir" in err
+    assert not (workdir / "run" / "lightning_logs").exists(), "the refused run wrote nothing"
+    assert not (workdir / "run" / LOCK_FILE).exists(), "the lock is gone with its holder"
+
+    # another process's lock, held while it runs: refused, naming that process
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from seqssm.tasks.files import RunFolderLock\n"
+                               "with RunFolderLock('run'):\n    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunFolderBusyError, match=f"in use by another seqssm fit \\(PID {holder.pid} on host "):
+            RunFolderLock("run").__enter__()
+    finally:
+        holder.communicate("", timeout=60)
+    with RunFolderLock("run"):  # released when it ended
+        pass
+
+
+def test_the_lock_of_a_run_that_died_is_taken_over_with_a_line(workdir, capsys):
+    (workdir / "run").mkdir()
+    (workdir / "run" / LOCK_FILE).write_text("PID 4194303 on host elsewhere since 2026-01-01 00:00:00 UTC\n")
+    fit("--trainer.max_steps", "1")
+    err = capsys.readouterr().err
+    assert ("seqssm: run was locked by a run that is no longer running (PID 4194303 on host elsewhere since "
+            "2026-01-01 00:00:00 UTC); taking its lock over") in err
+    assert step_of(version(0) / "checkpoints" / "last.ckpt") == 1
+    assert not (workdir / "run" / LOCK_FILE).exists()
+
+
+def test_a_nan_at_the_first_steps_says_there_is_nothing_to_resume_and_refuses_nothing_after(workdir, capsys):
+    code, err = run(["fit", "--config", "tiny.yaml", "--torch_threads", "1", "--model.init_args.lr", "1e30",
+                     "--checkpoint.last_every_n_train_steps", "1"], capsys)
+    assert code == 2 and "non-finite training loss (nan) at global step 1" in err
+    assert "No good checkpoint: this run saved none from before this step" in err
+    assert "Lower model.init_args.lr" in err and "check the data" in err and "start the run again" in err
+    assert "--ckpt_path" not in err, "nothing to resume: no advice to resume"
+    assert not (version(0) / "checkpoints" / "last.ckpt").exists(), "the failing state is not left to resume"
+
+    code, err = run(["fit", "--config", "tiny.yaml", "--ckpt_path", "last"], capsys)
+    assert code == 2 and "nothing to resume" in err
+    fit("--trainer.max_steps", "1")  # a fresh run is not refused
+    assert step_of(version(1) / "checkpoints" / "last.ckpt") == 1
+
+
+def test_the_same_checkpoint_folder_named_twice_is_refused_not_overwritten(workdir, capsys):
+    fit("--trainer.max_steps", "1", "--checkpoint.dirpath", "ckpts")
+    before = (workdir / "ckpts" / "last.ckpt").read_bytes()
+    code, err = run(["fit", "--config", "tiny.yaml", "--checkpoint.dirpath", "ckpts"], capsys)
+    assert code == 2 and "ckpts/last.ckpt holds the state of an earlier run, which this run would overwrite" in err
+    assert (workdir / "ckpts" / "last.ckpt").read_bytes() == before
+    fit("--checkpoint.dirpath", "ckpts", "--ckpt_path", "last", "--trainer.max_steps", "2")
+    assert step_of(workdir / "ckpts" / "last.ckpt") == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux) to fill a write")
+def test_a_full_disk_during_fit_is_one_line_naming_the_folder_and_keeps_the_checkpoint(workdir, capsys):
+    fit("--trainer.max_steps", "2")
+    folder = version(0) / "checkpoints"
+    before = (folder / "last.ckpt").read_bytes()
+    # the next last.ckpt is written under this name: let it be a device on which every write finds no space
+    temporary_path(folder / "last.ckpt").symlink_to("/dev/full")
+    code, err = run(["fit", "--config", "tiny.yaml", "--torch_threads", "1", "--ckpt_path", "last",
+                     "--trainer.max_steps", "3", "--checkpoint.last_every_n_train_steps", "1"], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("seqssm fit: error: ")]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"seqssm fit: error: {folder}: no space left on its device while writing last.ckpt")
+    assert "unexpected pos" in lines[0] and "Nothing was lost" in lines[0] and "Traceback" not in err
+    assert (folder / "last.ckpt").read_bytes() == before
+    assert not temporary_path(folder / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
+                                   OSError(errno.EDQUOT, "Disk quota exceeded")], ids=["ENOSPC", "torch", "EDQUOT"])
+def test_atomic_write_reports_a_full_disk_and_keeps_the_file(tmp_path, error):
+    path = tmp_path / "metrics.csv"
+    path.write_text("old\n")
+
+    def fail(tmp):
+        tmp.write_text("half")
+        raise error
+
+    with pytest.raises(DiskFullError, match=f"^{tmp_path}: no space left on its device while writing metrics.csv"):
+        atomic_write(path, fail)
+    assert path.read_text() == "old\n" and not temporary_path(path).exists()
+    with pytest.raises(ValueError, match="^other$"):  # any other failure is itself
+        atomic_write(path, lambda tmp: (_ for _ in ()).throw(ValueError("other")))

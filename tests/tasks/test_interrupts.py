@@ -70,9 +70,9 @@ def test_seqssm_fit_on_sigterm_says_where_the_run_is_and_how_to_resume(workdir, 
         main(["fit", "--config", "stop.yaml", "--torch_threads", "1"])
     assert info.value.code == 128 + signal.SIGTERM
     err = capsys.readouterr().err
-    assert "training stopped by SIGTERM at global step 3; the run is saved in run/checkpoints/last.ckpt" in err
+    assert "training stopped by SIGTERM at global step 3; the run is saved in run/lightning_logs/version_0/checkpoints/last.ckpt" in err
     assert "Resume it with: seqssm fit --config stop.yaml --torch_threads 1 --ckpt_path last" in err
-    assert load(workdir / "run" / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert load(workdir / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")["global_step"] == 3
 
 
 def test_last_ckpt_is_refreshed_on_a_clock_by_default(tmp_path, monkeypatch):
@@ -129,22 +129,23 @@ def test_kill_9_while_writing_a_checkpoint_then_resume_reaches_the_uninterrupted
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == -signal.SIGKILL, run.stderr[-3000:]
 
-    folder = workdir / "run" / "checkpoints"
+    folder = workdir / "run" / "lightning_logs" / "version_0" / "checkpoints"
     last = folder / "last.ckpt"
     assert load(last)["global_step"] == 5, "the previous last.ckpt is intact: step 5, 4 batches per epoch"
     cut = list(folder.glob(".last.ckpt.tmp-*"))
     assert len(cut) == 1 and cut[0].stat().st_size > 0, "the kill cut the write of step 6 short"
 
     main(["fit", "--config", "tiny.yaml", *extra, "--ckpt_path", "last"])  # resumed, without the killer
+    assert not (workdir / "run" / "lightning_logs" / "version_1").exists(), "a resumed run goes on in its folder"
     assert not cut[0].exists(), "the resumed run cleans up the cut write"
     resumed = load(last)
 
     main(["fit", "--config", "tiny.yaml", *extra, "--trainer.default_root_dir", "ref"])  # never interrupted
-    reference = load(workdir / "ref" / "checkpoints" / "last.ckpt")
+    reference = load(workdir / "ref" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
     assert resumed["global_step"] == reference["global_step"] == 8
     for key, value in reference["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][key], value, rtol=1e-5, atol=1e-6, msg=key)
-    logs = workdir / "run" / "lightning_logs" / "version_1", workdir / "ref" / "lightning_logs" / "version_0"
+    logs = folder.parent, workdir / "ref" / "lightning_logs" / "version_0"  # resumed in its own folder
     resumed_metrics, reference_metrics = (final_metrics(log / "metrics.csv") for log in logs)
     assert resumed_metrics == pytest.approx(reference_metrics, rel=1e-5)
 
