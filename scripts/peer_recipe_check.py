@@ -7,8 +7,10 @@ and a cosine schedule to 0. Its S4D layer is written here from the S4D paper (Gu
 "On the Parameterization and Initialization of Diagonal State Space Models": section 3, the Vandermonde
 kernel of the ZOH-discretised diagonal SSM with B = 1; section 4, the S4D-Lin initialisation A_n = -1/2 + iπn),
 not copied; `tests/scripts/test_peer_recipe_check.py` checks its kernel and outputs against seqssm's own S4D
-on shared parameters. Checked once by hand against the published module (state-spaces/s4 models/s4/s4d.py,
-shared parameters, float64): the same kernel and outputs to the last bit; that code is not shipped here.
+on shared parameters and against a reference that shares no code with either (the ZOH recurrence stepped in
+complex128, a dense causal convolution, a closed-form one-mode kernel). Checked by hand against the published
+module (state-spaces/s4 models/s4/s4d.py, shared parameters moved off their initial values, float64, H=6, N=16,
+L=300): the same kernel and block outputs to the last bit; that code is not shipped here.
 example.py steps its cosine once per epoch over 100 epochs; for runs shorter than an epoch the peer here
 steps it once per optimizer step over the run, the same curve at this length.
 
