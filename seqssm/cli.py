@@ -1,9 +1,10 @@
 """The `seqssm` command: one table of subcommands (`COMMANDS`), listed by `seqssm --help`.
 
     seqssm fit --config recipes/quickstart.yaml
-    seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml --ckpt_path runs/quickstart/checkpoints/last.ckpt
-    seqssm fit --config recipes/quickstart.yaml --ckpt_path last          # resume
-    seqssm export runs/quickstart/checkpoints/last.ckpt my-model/         # config.json + model.safetensors
+    seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml \
+                --ckpt_path runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
+    seqssm fit --config recipes/quickstart.yaml --ckpt_path last          # resume the newest run
+    seqssm export runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt my-model/  # a model folder
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
     seqssm generate state-spaces/mamba-130m-hf --prompt "Hello"           # a Hub id: fetched once, then cached
@@ -14,10 +15,11 @@
     seqssm reproduce all --seeds 3 --out runs/reproduce                   # the papers' comparisons, with verdicts
 
 `fit | validate | test | predict` are LightningCLI's (`seqssm.tasks.lightning_cli`). The model's input and output
-sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from the DataModule. Checkpoints go to
-`<default_root_dir>/checkpoints` (best by the task's validation metric, and `last.ckpt`), so `--ckpt_path last`
-finds them; `last.ckpt` is refreshed every 10 minutes and on Ctrl-C / SIGTERM, which then stop the run (exit code
-128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`,
+sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from the DataModule. Each run of `fit` is
+a new version, `<default_root_dir>/lightning_logs/version_N/` (config.yaml, metrics.csv, and checkpoints/: best by
+the task's validation metric, and `last.ckpt`); `--ckpt_path last` resumes the newest run in its own folder, and a
+second `fit` in a default_root_dir that a run is writing to is refused. `last.ckpt` is refreshed every 10 minutes
+and on Ctrl-C / SIGTERM, which then stop the run (exit code 128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`,
 which replaces a model folder only. Models are named by folder, task checkpoint or Hub id (`seqssm.models.loading`).
 
 A mistake of the user (a `seqssm.errors.SeqssmError`: a missing or unreadable file, an unknown option, a bad
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .arguments import ArgumentParser, closest, resolve_device
-from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
+from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, disk_full_error, user_error_in
 
 
 class Command(NamedTuple):
@@ -87,7 +89,13 @@ def export(argv: list[str]) -> None:
     parser.add_argument("--private", action="store_true", help="create the Hub repository private")
     parser.add_argument("--revision", help="the Hub branch to upload to (default: main)")
     ns = parser.parse_args(argv)
-    out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
+    try:
+        out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
+    except Exception as e:  # the writers' own messages of a full disk never say so (safetensors, torch)
+        full = disk_full_error(e, ns.out_dir)
+        if full is None:
+            raise
+        raise full from e
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors, {out}/README.md")
     if ns.push_to_hub:
         print(f"uploaded {out} -> {push_to_hub(out, ns.push_to_hub, private=ns.private or None, revision=ns.revision)}")

@@ -167,3 +167,26 @@ def test_atomic_write_reports_a_full_disk_and_keeps_the_file(tmp_path, error):
     assert path.read_text() == "old\n" and not temporary_path(path).exists()
     with pytest.raises(ValueError, match="^other$"):  # any other failure is itself
         atomic_write(path, lambda tmp: (_ for _ in ()).throw(ValueError("other")))
+
+
+def test_a_full_disk_during_export_is_one_line_naming_the_folder_and_keeps_the_model(workdir, capsys, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    fit("--trainer.max_steps", "1")
+    last = str(version(0) / "checkpoints" / "last.ckpt")
+    main(["export", last, "model"])
+    before = {p.name: p.read_bytes() for p in (workdir / "model").iterdir()}
+
+    def no_space(*args, **kwargs):  # what safetensors raises when the device fills up under it
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", no_space)
+    capsys.readouterr()
+    code, err = run(["export", last, "model", "--overwrite"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"seqssm export: error: model: no space left on its device (Error while serializing: "
+                          "IoError(Os { code: 28, kind: StorageFull")
+    assert {p.name: p.read_bytes() for p in (workdir / "model").iterdir()} == before, "the previous export is kept"
+    assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(".model")) == [], "no staging left"
