@@ -140,7 +140,12 @@ def template_state(config: SequenceModelConfig, path: Path) -> dict[str, torch.T
 def read_folder(folder: Path) -> Pretrained:
     """A model folder of any known format read: detect, read config and tensors, map them to SequenceModel keys."""
     adapter, raw, config_path = formats.detect(folder)
-    config = adapter.read_config(raw, config_path)
+    try:
+        config = adapter.read_config(raw, config_path)
+    except PretrainedFormatError:
+        raise
+    except (TypeError, ValueError) as e:  # a value of the wrong type deep in a config (a float that reads "x")
+        raise PretrainedFormatError(f"{config_path}: {e}") from e
     own = template_state(config, config_path)
     tensors, origin = read_tensors(folder)
     state = adapter.map_state_dict(own, config, tensors, origin, folder)

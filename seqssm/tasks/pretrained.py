@@ -6,12 +6,15 @@ and `.safetensors` files with safetensors).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from seqssm.errors import IncompatibleWeightsError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,11 +37,14 @@ class LoadReport:
         if self.skipped:
             lines.append(f"skipped (re-initialised) {len(self.skipped)}: {', '.join(self.skipped)}")
         if self.missing:
-            lines.append(f"missing from the weights ({len(self.missing)}): {', '.join(self.missing)}")
+            lines.append(f"missing from the weights ({len(self.missing)}): {', '.join(self.missing)} "
+                         "(newly initialised)")
         if self.unexpected:
-            lines.append(f"unexpected, not in the model ({len(self.unexpected)}): {', '.join(self.unexpected)}")
+            lines.append(f"unexpected, not in the model ({len(self.unexpected)}): {', '.join(self.unexpected)} "
+                         "(skipped)")
         for key, got, want in self.mismatched:
-            lines.append(f"shape mismatch: {key}: weights {list(got)} vs model {list(want)}")
+            lines.append(f"shape mismatch: {key}: weights {list(got)} vs model {list(want)} (skipped; newly "
+                         "initialised)")
         return "\n".join(lines)
 
 
@@ -47,7 +53,8 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], strict: bool 
     """Copy matching tensors of `state` into `model` (keys in `skip` are left as initialised).
 
     With `strict`, any missing, unexpected or shape-mismatched key raises
-    `IncompatibleWeightsError` carrying the full report, and nothing is loaded.
+    `IncompatibleWeightsError` carrying the full report, and nothing is loaded. Otherwise the report is logged
+    at WARNING when something did not fit, naming the tensors skipped and those left newly initialised.
     """
     own = model.state_dict()
     report = LoadReport()
@@ -70,4 +77,7 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], strict: bool 
             "to load what fits.")
     model.load_state_dict(to_load, strict=False)
     report.loaded = sorted(to_load)
+    if not report.clean:  # a partial start changes what trains: shown by default, not at INFO
+        log.warning("%s loaded only in part (init_strict: false): the weights' unexpected and mismatched tensors "
+                    "were skipped, the model's missing ones keep their fresh initialisation:\n%s", source, report)
     return report

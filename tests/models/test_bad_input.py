@@ -1,6 +1,8 @@
 """Bad input to SequenceModel's forward, scan and step (issue 19): token ids and numeric inputs of the wrong
 dtype, shape or range are refused naming what was expected; empty in, empty out where an empty output exists."""
 
+import re
+
 import pytest
 import torch
 
@@ -87,3 +89,134 @@ def test_empty_in_empty_out(lm, batch, length):
     assert after is carried  # L = 0: the state passes through unchanged
     out, state = lm.step(torch.zeros(batch, dtype=torch.long), None)
     assert out.shape == (batch, VOCAB)
+
+
+# -- model folders and the commands that read them (issue 27) -------------------------------------------------------
+def seqssm_folder(tmp_path, name="m", **changes):
+    """A tiny seqssm language-model folder whose config.json has `changes` applied (None deletes a key; a dotted
+    key "model.block.X" changes an entry inside)."""
+    import json
+
+    folder = tmp_path / name
+    build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(folder)
+    meta = json.loads((folder / "config.json").read_text())
+    for dotted, value in changes.items():
+        *path, key = dotted.split(".")
+        target = meta
+        for part in path:
+            target = target[part]
+        if value is None:
+            del target[key]
+        else:
+            target[key] = value
+    (folder / "config.json").write_text(json.dumps(meta))
+    return folder
+
+
+BAD_CONFIGS = [  # (config.json changes, words of the error: the file, the key, what is expected)
+    ({"model.d_model": 4}, r"model\.safetensors: tensor 'embedding\.weight' has shape \[11, 8\], but .*config\.json "
+                           r"describes a model whose 'embedding\.weight' is \[11, 4\]: config\.json and the weights "
+                           r"disagree"),
+    ({"model.d_model": "abc"}, r"config\.json: 'model': d_model must be a positive integer, got 'abc'"),
+    ({"format_version": "abc"}, r"config\.json: format_version is 'abc', expected an integer from 1 to 2"),
+    ({"format_version": 9}, r"config\.json: format_version 9 is newer than this seqssm reads \(2\); upgrade seqssm"),
+    ({"model": None}, r"config\.json: 'model' is missing, expected the model config as a JSON object"),
+    ({"extra": 1}, r"config\.json: unknown key 'extra'; a seqssm config\.json holds \['format', 'format_version'"),
+    ({"model.d_modle": 8}, r"config\.json: 'model': unknown model config entries \['d_modle'\]"),
+    ({"model.block.expand": "x"}, r"config\.json: 'model': MambaBlockConfig: expand must be an integer >= 1, got 'x'"),
+]
+
+
+@pytest.mark.parametrize("changes, words", BAD_CONFIGS, ids=[str(c) for c, _ in BAD_CONFIGS])
+def test_a_bad_config_json_names_the_file_the_key_and_the_expected_value(tmp_path, capsys, changes, words):
+    from seqssm.cli import main
+    from seqssm.errors import PretrainedFormatError
+    from seqssm.models import SequenceModel
+
+    folder = seqssm_folder(tmp_path, **changes)
+    with pytest.raises(PretrainedFormatError, match=words):
+        SequenceModel.from_pretrained(folder)
+    for argv in (["generate", str(folder), "--prompt", "1 2"], ["convert", str(folder), str(tmp_path / "o"), "--to", "hf"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(lines) == 1, lines
+        assert re.search(words, lines[0]) and str(folder) in lines[0] and "Traceback" not in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_generate_names_a_missing_folder_or_hub_id_not_its_tokenizer(tmp_path, capsys, monkeypatch):
+    from seqssm.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["generate", "no_such_folder", "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert "PATH: no_such_folder: no such file or folder (nor a Hub id, which reads ORG/NAME)" in err
+    assert "tokenizer" not in err
+
+
+@pytest.mark.parametrize("how", ["save_pretrained", "convert", "export"])
+def test_overwrite_never_deletes_a_users_files(tmp_path, capsys, how):
+    from seqssm.cli import main
+    from seqssm.errors import OutputExistsError
+
+    src = seqssm_folder(tmp_path, "src")
+    out = seqssm_folder(tmp_path, "out")  # a model folder, replaceable, but for the user's notes
+    (out / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    if how == "save_pretrained":
+        with pytest.raises(OutputExistsError, match=r"it holds notes\.txt, which no model folder holds; nothing was"):
+            build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(out, overwrite=True)
+    else:
+        ckpt = tmp_path / "last.ckpt"
+        torch.save({"seqssm_model_config": build("mamba-s6", vocab_size=VOCAB, **TINY).config.to_dict(),
+                    "state_dict": {f"model.{k}": v for k, v in build("mamba-s6", vocab_size=VOCAB, **TINY)
+                                   .state_dict().items()}}, ckpt)
+        argv = ["convert", str(src), str(out), "--to", "seqssm"] if how == "convert" else ["export", str(ckpt), str(out)]
+        with pytest.raises(SystemExit):
+            main([*argv, "--overwrite"])
+        assert "it holds notes.txt, which no model folder holds; nothing was written" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_init_strict_false_says_which_tensors_were_skipped_and_which_are_new(caplog):
+    import logging
+
+    from seqssm.tasks.pretrained import load_weights
+
+    source = build("mamba-s6", vocab_size=VOCAB, **{**TINY, "n_layers": 1}).state_dict()
+    source["extra.weight"] = torch.zeros(1)
+    source["head.weight"] = torch.zeros(3, 8)
+    target = build("mamba-s6", vocab_size=VOCAB, **TINY)
+    with caplog.at_level(logging.WARNING, logger="seqssm.tasks.pretrained"):
+        report = load_weights(target, source, strict=False, source="init_from=small")
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    message = record.getMessage()
+    assert message.startswith("init_from=small loaded only in part (init_strict: false)")
+    assert f"missing from the weights ({len(report.missing)}): backbone.layers.1." in message
+    assert "(newly initialised)" in message and "unexpected, not in the model (1): extra.weight (skipped)" in message
+    assert "shape mismatch: head.weight: weights [3, 8] vs model [11, 8] (skipped; newly initialised)" in message
+
+
+@pytest.mark.parametrize("fmt, key, value, words", [
+    ("hf", "hidden_size", "abc", r"config\.json: hidden_size='abc' is not supported: seqssm's Mamba block needs a "
+                                 r"positive integer here"),
+    ("hf", "layer_norm_epsilon", "x", r"config\.json: could not convert string to float: 'x'"),
+    ("mamba_ssm", "n_layer", 0, r"config\.json: n_layer=0 is not supported"),
+])
+def test_a_bad_foreign_config_names_the_key_as_the_file_spells_it(tmp_path, fmt, key, value, words):
+    import json
+
+    from seqssm.errors import PretrainedFormatError
+    from seqssm.models import SequenceModel
+
+    folder = tmp_path / "m"
+    build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(folder, format="hf")
+    config = json.loads((folder / "config.json").read_text())
+    if fmt == "mamba_ssm":
+        config = {"d_model": 8, "n_layer": 2, "vocab_size": VOCAB, "ssm_cfg": {"d_state": 4}}
+    config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PretrainedFormatError, match=words):
+        SequenceModel.from_pretrained(folder)

@@ -43,6 +43,8 @@ def read_config(raw: dict, path: Path) -> SequenceModelConfig:
     c = {**DEFAULTS, **raw}
     if c["hidden_act"] != "silu":
         refuse(path, "hidden_act", c["hidden_act"], "the Mamba block gates with SiLU")
+    for key in ("hidden_size", "num_hidden_layers", "vocab_size", "state_size", "conv_kernel"):
+        integer(path, key, c[key])  # checked under the file's own names, before lm_config names them seqssm's way
     expand = integer(path, "expand", c["expand"])
     inner = c.get("intermediate_size")
     if inner is not None and inner != expand * c["hidden_size"]:

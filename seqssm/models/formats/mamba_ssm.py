@@ -10,7 +10,7 @@ from torch import nn
 
 from seqssm.errors import PretrainedFormatError
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.formats.mamba_lm import lm_config, map_lm_state_dict, refuse
+from seqssm.models.formats.mamba_lm import integer, lm_config, map_lm_state_dict, refuse
 
 NAME = "mamba_ssm"
 TOP_KEYS = {
@@ -56,6 +56,10 @@ def read_config(raw: dict, path: Path) -> SequenceModelConfig:
     if unknown:
         refuse(path, f"ssm_cfg.{unknown[0]}", ssm[unknown[0]], "not a Mamba-1 setting seqssm knows")
     s = {**MAMBA1_DEFAULTS, **ssm}
+    for key in ("n_layer", "vocab_size", "pad_vocab_size_multiple"):
+        integer(path, key, c[key])  # checked under the file's own names, before lm_config names them seqssm's way
+    for key in ("d_state", "d_conv", "expand"):
+        integer(path, f"ssm_cfg.{key}", s[key])
     return lm_config(
         path, d_model=c["d_model"], n_layers=c["n_layer"], vocab_size=c["vocab_size"], d_state=s["d_state"],
         expand=s["expand"], d_conv=s["d_conv"], conv_bias=s["conv_bias"], proj_bias=s["bias"], dt_rank=s["dt_rank"],
