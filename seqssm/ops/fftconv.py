@@ -15,6 +15,9 @@ def fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None = None) ->
     to L + Lk so the circular FFT product holds no wrapped-around terms. Runs in the promoted
     real dtype of u and k, at least float32 (the FFT of half types is not supported on CPU), and
     returns y in that dtype. An empty u (B = 0 or L = 0) gives an empty y.
+
+    Causal for non-finite inputs too: an inf or NaN at u[b, t, h] makes y[b, t:, h] NaN and leaves every earlier
+    output exact, as the recurrence does (the FFT alone would spread it to every position of the sequence).
     """
     check_floating("fft_conv", u=u, k=k, D=D)
     if u.ndim != 3 or k.ndim != 2 or k.shape[0] != u.shape[2]:
@@ -27,10 +30,25 @@ def fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None = None) ->
     dtype = torch.promote_types(torch.promote_types(u.dtype, k.dtype), torch.float32)
     if u.numel() == 0:
         return u.new_zeros(u.shape, dtype=dtype)
-    n = L + Lk
-    u_f = torch.fft.rfft(u.to(dtype), n=n, dim=1)
-    k_f = torch.fft.rfft(k.to(dtype), n=n, dim=-1).transpose(0, 1)  # (F, H)
+    u = u.to(dtype)
+    # One sum tells whether u may hold a non-finite value (a finite sum that overflows only costs the slower path);
+    # compiled graphs take that path always rather than break on the data-dependent branch.
+    if torch.compiler.is_compiling() or not torch.isfinite(u.sum()):
+        return _causal_in_non_finite(u, k.to(dtype), None if D is None else D.to(dtype))
+    return _fft_conv(u, k.to(dtype), D if D is None else D.to(dtype))
+
+
+def _fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
+    """`fft_conv` on checked inputs of one dtype."""
+    L, n = u.shape[1], u.shape[1] + k.shape[-1]
+    u_f = torch.fft.rfft(u, n=n, dim=1)
+    k_f = torch.fft.rfft(k, n=n, dim=-1).transpose(0, 1)  # (F, H)
     y = torch.fft.irfft(u_f * k_f, n=n, dim=1)[:, :L]
-    if D is not None:
-        y = y + u.to(dtype) * D.to(dtype)
-    return y
+    return y if D is None else y + u * D
+
+
+def _causal_in_non_finite(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
+    """`_fft_conv` of u with its non-finite entries left out, NaN from each of them on (per batch and channel)."""
+    bad = ~torch.isfinite(u)
+    y = _fft_conv(u.masked_fill(bad, 0.0), k, D)
+    return y.masked_fill(torch.cumsum(bad, dim=1, dtype=torch.int32) > 0, float("nan"))

@@ -307,3 +307,76 @@ def test_initial_state_refuses_a_batch_size_that_is_no_integer_at_least_zero(mod
         module.initial_state(batch_size)
     assert all(leaf.shape[0] == 0 for leaf in leaves(module.initial_state(0)))
     assert all(leaf.shape[0] == 3 for leaf in leaves(module.initial_state(3)))
+
+
+# ------------------------------------------------------------------------- non-finite inputs (issue 27)
+# The FFT convolution of S4 / S4D / LSSL used to spread one inf or NaN to every output, the earlier ones too;
+# now they give what the recurrence gives: NaN from the bad step on, in that sequence and channel only.
+
+BAD_STEPS = ((1, 5, 2, float("inf")), (0, 7, 0, float("nan")))  # (batch index, time step, channel, value)
+
+
+def with_bad_steps(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    for b, t, h, value in BAD_STEPS:
+        x[b, t, h] = value
+    return x
+
+
+def step_loop(layer, x):
+    state, ys = None, []
+    for t in range(x.shape[1]):
+        y_t, state = layer.step(x[:, t], state)
+        ys.append(y_t)
+    return torch.stack(ys, 1)
+
+
+@pytest.mark.parametrize("name", ["s4d", "s4", "lssl"])
+def test_a_non_finite_input_step_leaves_every_earlier_output_as_the_recurrence_gives_it(name):
+    torch.manual_seed(0)
+    layer = build_layer(name, D, 8).double()
+    x = with_bad_steps(torch.randn(2, 12, D, dtype=torch.float64))
+    expected_bad = torch.zeros(2, 12, D, dtype=torch.bool)
+    for b, t, h, _ in BAD_STEPS:
+        expected_bad[b, t:, h] = True
+    reference = step_loop(layer, x)
+    for y in (layer(x), layer.scan(x)[0]):  # the zero-state FFT path and the scan's FFT path
+        assert torch.equal(~torch.isfinite(y), expected_bad) and torch.equal(~torch.isfinite(reference), expected_bad)
+        torch.testing.assert_close(y[~expected_bad], reference[~expected_bad], atol=1e-9, rtol=1e-7)
+    assert not torch.isfinite(layer.scan(x)[1][:, 0]).all()  # the final state carries it, as the recurrence's
+
+
+def test_a_block_stack_keeps_the_outputs_before_a_non_finite_step_finite():
+    torch.manual_seed(0)
+    stack = make_stack("simple", D, 2, ssp="s4d", d_state=4).eval()
+    y = stack(with_bad_steps(torch.randn(2, 12, D)))
+    # the GLU and the norm mix channels: from the bad step on every channel of that sequence is NaN; before it none
+    assert torch.isfinite(y[1, :5]).all() and torch.isfinite(y[0, :7]).all()
+    assert not torch.isfinite(y[1, 5:]).any() and not torch.isfinite(y[0, 7:]).any()
+
+
+def test_the_finite_path_costs_one_reduction_and_the_other_path_runs_only_when_needed(monkeypatch):
+    from seqssm.ops import fftconv
+
+    calls = []
+    real = fftconv._causal_in_non_finite
+    monkeypatch.setattr(fftconv, "_causal_in_non_finite", lambda *a: calls.append(1) or real(*a))
+    u, k = torch.randn(2, 16, 3, dtype=torch.float64), torch.randn(3, 16, dtype=torch.float64)
+    plain = fftconv.fft_conv(u, k)
+    assert calls == []
+    fftconv.fft_conv(with_bad_steps(torch.randn(2, 12, D)), torch.randn(D, 12))
+    assert calls == [1]
+    # compiled graphs always take the non-finite-safe path: the same numbers for finite inputs
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.testing.assert_close(fftconv.fft_conv(u, k), plain, atol=1e-12, rtol=1e-12)
+
+
+def test_non_finite_inputs_under_autocast_and_torch_compile():
+    torch.manual_seed(0)
+    layer = build_layer("s4d", D, 8)
+    x = with_bad_steps(torch.randn(2, 16, D))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert torch.isfinite(y[1, :5]).all() and torch.isfinite(y[0, :7]).all() and not torch.isfinite(y[1, 5:, 2]).any()
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)  # fullgraph: no graph break on the check
+    torch.testing.assert_close(compiled(x), layer(x), equal_nan=True)
