@@ -19,8 +19,9 @@ sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from t
 a new version, `<default_root_dir>/lightning_logs/version_N/` (config.yaml, metrics.csv, and checkpoints/: best by
 the task's validation metric, and `last.ckpt`); `--ckpt_path last` resumes the newest run in its own folder, and a
 second `fit` in a default_root_dir that a run is writing to is refused. `last.ckpt` is refreshed every 10 minutes
-and on Ctrl-C / SIGTERM, which then stop the run (exit code 128 + signal). `export` and `convert` refuse a non-empty output folder unless given `--overwrite`,
-which replaces a model folder only. Models are named by folder, task checkpoint or Hub id (`seqssm.models.loading`).
+and on Ctrl-C / SIGTERM, which then stop the run (exit code 128 + signal). `export` and `convert` refuse a non-empty
+output folder unless given `--overwrite`, which replaces a model folder only. Models are named by folder, task
+checkpoint or Hub id (`seqssm.models.loading`).
 
 A mistake of the user (a `seqssm.errors.SeqssmError`: a missing or unreadable file, an unknown option, a bad
 value; or a file-system error naming a path) is one line `seqssm CMD: error: MESSAGE` and exit code 2, with no

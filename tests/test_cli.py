@@ -266,8 +266,8 @@ def test_ddp_two_cpu_processes(workdir):
                     "--checkpoint.last_every_n_train_steps", "1", cwd=workdir)
     output = result.stdout + result.stderr
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in output
-    last = torch.load(workdir / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu",
-                      weights_only=True)
+    last = workdir / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    last = torch.load(last, map_location="cpu", weights_only=True)
     # 64 windows split over 2 ranks at batch 16: 2 batches per rank and epoch (one process would have 4),
     # so step 3 falls in epoch 1
     assert last["global_step"] == 3 and last["epoch"] == 1

@@ -2,7 +2,7 @@
 
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core.layer gru --out_dir runs/rl/rf-gru
-    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/checkpoints/last.ckpt
+    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
     seqssm rl --config recipes/rl/sac/best_arm/kalman.yaml --agent.encoder.kind vssm
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 100
     seqssm rl-eval runs/rl/sac/best_arm/kalman/last.pt --eval_set ood

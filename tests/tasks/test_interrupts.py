@@ -70,9 +70,10 @@ def test_seqssm_fit_on_sigterm_says_where_the_run_is_and_how_to_resume(workdir, 
         main(["fit", "--config", "stop.yaml", "--torch_threads", "1"])
     assert info.value.code == 128 + signal.SIGTERM
     err = capsys.readouterr().err
-    assert "training stopped by SIGTERM at global step 3; the run is saved in run/lightning_logs/version_0/checkpoints/last.ckpt" in err
+    last = Path("run") / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"training stopped by SIGTERM at global step 3; the run is saved in {last}" in err
     assert "Resume it with: seqssm fit --config stop.yaml --torch_threads 1 --ckpt_path last" in err
-    assert load(workdir / "run" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert load(workdir / last)["global_step"] == 3
 
 
 def test_last_ckpt_is_refreshed_on_a_clock_by_default(tmp_path, monkeypatch):
