@@ -344,6 +344,16 @@ def test_a_non_finite_input_step_leaves_every_earlier_output_as_the_recurrence_g
         assert torch.equal(~torch.isfinite(y), expected_bad) and torch.equal(~torch.isfinite(reference), expected_bad)
         torch.testing.assert_close(y[~expected_bad], reference[~expected_bad], atol=1e-9, rtol=1e-7)
     assert not torch.isfinite(layer.scan(x)[1][:, 0]).all()  # the final state carries it, as the recurrence's
+    # with resets (LSSL's Toeplitz product used to spread it over the whole sequence). Whether the reset at 9 clears
+    # the NaN from the state is the scan's: LSSL's recurrence zeroes the state, linear_scan multiplies it by 0.
+    resets = torch.zeros(2, 12, dtype=torch.bool)
+    resets[:, 9] = True
+    y = layer.scan(x, resets=resets)[0]
+    before, bad = y[:, :9], expected_bad[:, :9]
+    assert torch.isfinite(before[~bad]).all() and not torch.isfinite(before[bad]).any()
+    torch.testing.assert_close(before[~bad], reference[:, :9][~bad], atol=1e-9, rtol=1e-7)
+    after, fresh = y[:, 9:], step_loop(layer, x[:, 9:])
+    torch.testing.assert_close(after[torch.isfinite(after)], fresh[torch.isfinite(after)], atol=1e-9, rtol=1e-7)
 
 
 def test_a_block_stack_keeps_the_outputs_before_a_non_finite_step_finite():
