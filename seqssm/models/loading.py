@@ -28,10 +28,10 @@ import torch
 from seqssm.errors import CheckpointError, MissingFileError, NotASeqssmFolderError, PretrainedFormatError
 from seqssm.models import formats
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.formats.files import read_safetensors, read_tensors
+from seqssm.models.formats.files import MODEL_FILE_PATTERNS, read_safetensors, read_tensors
+from seqssm.models.resolve import resolve
 from seqssm.models.hub import check_target, save_pretrained
 from seqssm.models.registry import model_config
-from seqssm.models.resolve import resolve
 from seqssm.models.safe_load import load_torch_file
 from seqssm.models.sequence_model import SequenceModel
 
@@ -157,7 +157,7 @@ def read_pretrained(source: str | Path, what: str = "path", revision: str | None
                     cache_dir: str | Path | None = None, folders_only: bool = False) -> Pretrained:
     """A saved model read (not built) from `source`: a model folder, a Hub id, or (unless `folders_only`) a task
     checkpoint; `what` names the argument in errors."""
-    path = resolve(source, revision=revision, cache_dir=cache_dir, what=what)
+    path = resolve(source, MODEL_FILE_PATTERNS, revision=revision, cache_dir=cache_dir, what=what)
     if path.is_dir():
         return read_folder(path)
     if folders_only:
@@ -198,7 +198,7 @@ def model_from_checkpoint(path: str | Path, what: str = "checkpoint") -> Sequenc
 def read_weights(source: str | Path, what: str = "init_from") -> tuple[dict[str, torch.Tensor], dict | None]:
     """(state dict, provenance or None) of a task checkpoint, a `.safetensors` file, a folder (seqssm, Hugging
     Face or mamba_ssm) or a Hub id; only the tensors are read, the network is not built."""
-    path = resolve(source, what=what)
+    path = resolve(source, MODEL_FILE_PATTERNS, what=what)
     if path.suffix == ".safetensors" and path.is_file():
         return read_safetensors(path), None
     if path.is_file():  # a bare state dict as well as a task checkpoint: no config needed

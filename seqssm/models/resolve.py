@@ -1,9 +1,9 @@
-"""Where a model named by the user lies on this machine: a local folder or file as given, else a Hugging Face Hub
-repository (`ORG/NAME`, optionally `ORG/NAME@REVISION`) fetched once into the shared Hugging Face cache
+"""Where a pretrained model named by the user lies on this machine: a local folder or file as given, else a Hugging
+Face Hub repository (`ORG/NAME`, optionally `ORG/NAME@REVISION`) fetched once into the shared Hugging Face cache
 (huggingface_hub's blobs / refs / snapshots layout, `HF_HUB_CACHE`) and read from there afterwards.
 
-A local path of that name always wins. Only the files a model folder needs are fetched
-(`formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable, huggingface_hub
+A local path of that name always wins. Only the files the caller names are fetched (a model's:
+`seqssm.models.formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable, huggingface_hub
 serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
 stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read.
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from typing import Sequence
+
 from seqssm.errors import DownloadError, MissingFileError
-from seqssm.models.formats.files import MODEL_FILE_PATTERNS
 
 # ORG/NAME as the Hub spells repository ids (huggingface_hub's REPO_ID_REGEX, with the namespace required: a bare
 # name is far more often a mistyped local folder), optionally @REVISION
@@ -31,10 +32,11 @@ def hub_id(text: str) -> tuple[str, str | None] | None:
     return match["repo"], match["revision"]
 
 
-def resolve(source: str | Path, revision: str | None = None, cache_dir: str | Path | None = None,
-            what: str = "path") -> Path:
-    """The local path of `source`: itself when it exists, else the cached snapshot folder of the Hub id it spells
-    (fetched when missing); `what` names the argument in errors, which tell a mistyped path from a missing model."""
+def resolve(source: str | Path, patterns: Sequence[str], revision: str | None = None,
+            cache_dir: str | Path | None = None, what: str = "path") -> Path:
+    """The local path of `source`: itself when it exists, else the cached snapshot folder of the Hub id it spells,
+    holding the repository's files that match `patterns` (fetched when missing); `what` names the argument in
+    errors, which tell a mistyped path from a missing model."""
     path = Path(source)
     if path.exists():
         return path
@@ -44,12 +46,13 @@ def resolve(source: str | Path, revision: str | None = None, cache_dir: str | Pa
     repo, at = parsed
     if at is not None and revision is not None and at != revision:
         raise MissingFileError(f"{what}: {source} names revision {at!r}, but revision {revision!r} was given too")
-    return fetch(repo, revision or at, cache_dir, what)
+    return fetch(repo, patterns, revision or at, cache_dir, what)
 
 
-def fetch(repo: str, revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path") -> Path:
+def fetch(repo: str, patterns: Sequence[str], revision: str | None = None, cache_dir: str | Path | None = None,
+          what: str = "path") -> Path:
     """The snapshot folder of Hub model `repo` at `revision` (default "main") in the Hugging Face cache, fetching
-    the model files (`MODEL_FILE_PATTERNS`) when online; errors name the id, the revision and how to get it."""
+    the files matching `patterns` when online; errors name the id, the revision and how to get it."""
     import httpx2
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
@@ -67,7 +70,7 @@ def fetch(repo: str, revision: str | None = None, cache_dir: str | Path | None =
     fetch_it = (f"fetch it on a machine with access (`hf download {repo} --revision {rev}`, then copy "
                 f"{cache / ('models--' + repo.replace('/', '--'))}) or run this once online")
     try:
-        return Path(snapshot_download(repo, revision=rev, cache_dir=cache_dir, allow_patterns=list(MODEL_FILE_PATTERNS),
+        return Path(snapshot_download(repo, revision=rev, cache_dir=cache_dir, allow_patterns=list(patterns),
                                       library_name="seqssm", library_version=__version__))
     except RevisionNotFoundError:
         raise MissingFileError(f"{where} does not exist: the Hub has no such branch, tag or commit") from None

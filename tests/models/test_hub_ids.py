@@ -199,3 +199,4 @@ def test_commands_init_from_and_core_init_from_take_ids(hub, tmp_path, monkeypat
     assert config["d_model"] == 16 and torch.equal(core.state_dict()["norm_f.weight"],
                                                    model.state_dict()["backbone.norm_f.weight"])
     shutil.rmtree(tmp_path / "out")
+
