@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 from seqssm.arguments import ArgumentParser
+from seqssm.errors import ConfigError
 
+from .errors import path_problem
 from .sources import DATASETS
 from .species_splits import DEFAULT_SPECIES
 
@@ -63,6 +65,9 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str]) -> None:
     """Run `seqssm data ...` (its errors are the `seqssm` command's to print)."""
     ns = build_parser().parse_args(argv)
+    problem = path_problem(ns.data_dir, folder=True) if ns.command != "prepare" or ns.out is None else None
+    if problem:
+        raise ConfigError(f"--data-dir {ns.data_dir}: {problem}; pass a folder, or a path where one can be made")
     try:
         if ns.command == "list":
             print_listing(ns.data_dir)

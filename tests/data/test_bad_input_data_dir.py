@@ -5,6 +5,7 @@ advice to prepare into that same path."""
 import pytest
 
 from seqssm.data import ListOpsDataModule, SpeciesDataModule
+from seqssm.data.cli import main as data_main
 from seqssm.data.errors import missing, path_problem
 from seqssm.data.prepare import prepare
 from seqssm.errors import ConfigError
@@ -53,3 +54,11 @@ def test_prepare_refuses_an_out_that_cannot_be_a_folder(odd_paths, name, what):
     with pytest.raises(ConfigError, match=rf"^data prepare listops: cannot write into .*{name}: .*{what}"):
         prepare("listops", odd_paths / name, n_train=2, n_val=1, n_test=1, min_length=1, max_length=50)
     assert (odd_paths / "afile").read_text() == "notes"
+
+
+@pytest.mark.parametrize("command", [["list"], ["download", "listops"], ["prepare", "listops"]])
+@pytest.mark.parametrize("name, what", CASES)
+def test_seqssm_data_refuses_a_data_dir_that_cannot_be_a_folder(odd_paths, command, name, what):
+    # Before: download said "afile/downloads: Not a directory", list showed the datasets under the file as missing
+    with pytest.raises(ConfigError, match=rf"^--data-dir .*{name}: .*{what}.*; pass a folder"):
+        data_main([*command, "--data-dir", str(odd_paths / name)])
