@@ -16,6 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from seqssm.models import build
+
+pytest.importorskip("gymnasium", reason="the PPO cores and SAC encoders need the rl extra: pip install 'seqssm[rl]'")
+
 from seqssm.rl.core import CoreConfig, build_core
 from seqssm.rl.offpolicy import HistoryEncoderConfig, HistoryNet
 

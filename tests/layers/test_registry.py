@@ -7,6 +7,9 @@ import torch
 from seqssm.blocks import SimpleBlock, SimpleBlockConfig, SSPConfig, make_stack
 from seqssm.layers import LAYERS, build_layer, layer_entry
 from seqssm.models import build
+
+pytest.importorskip("gymnasium", reason="the PPO cores and SAC encoders need the rl extra: pip install 'seqssm[rl]'")
+
 from seqssm.rl.core import CoreConfig, build_core
 from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, build_history_encoder
 from seqssm.testing import check_layer_contract

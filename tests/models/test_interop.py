@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="needs transformers, of the test extra: pip install 'seqssm[test]'")
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import MambaConfig, MambaForCausalLM  # noqa: E402
 

@@ -1,5 +1,6 @@
 """`seqssm reproduce` end to end at smoke sizes: a supervised claim (seqssm fit runs) and an RL claim (seqssm rl
-runs), reports written, finished runs skipped on the second call; matplotlib's absence named with the fix."""
+runs), reports written (per-seed values, intervals, p-values, the plan), finished runs skipped on the second call;
+matplotlib's absence is a one-line error with the fix and exit status 2."""
 
 import json
 import shutil
@@ -10,7 +11,7 @@ import torch
 
 from seqssm.cli import main
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'seqssm[plot]'")
 
 
 @pytest.fixture(autouse=True)
@@ -30,24 +31,27 @@ def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, caps
     log = reproduce(claim, tmp_path, capsys)
     folder = tmp_path / claim
     summary = json.loads((folder / "results.json").read_text())
-    assert summary["verdict"] in ("agrees", "disagrees", "inconclusive") and not summary["failed"]
-    assert len(summary["runs"]) == 2 * arms and all(len(v) == 2 for v in summary["wall_s"].values())
+    part = summary["budgets"][0]
+    assert summary["verdict"] in ("agrees", "disagrees", "inconclusive", "precondition failed")
+    assert not part["failed"] and part["folder"] == str(folder / "smoke")
+    assert len(part["runs"]) == 2 * arms and all(len(v) == 2 for v in part["wall_s"].values())
     report = (folder / "report.md").read_text()
-    assert f"**Verdict: {summary['verdict']}**" in report and "Paper:" in report
+    assert f"**Verdict: {summary['verdict']}**" in report and "Paper:" in report and "95% CI [" in report
+    assert "Every seed:" in report and "power" in report and f"seqssm reproduce {claim} --scale full" in report
     assert all((folder / name).stat().st_size > 0 for name in report.split("](")[1:] for name in [name.split(")")[0]])
     assert f"{claim}: {summary['verdict']} -> {folder / 'report.md'}" in log
 
     log = reproduce(claim, tmp_path, capsys)
     assert f"{2 * arms} of {2 * arms} runs finished before: skipped" in log
-    again = json.loads((folder / "results.json").read_text())
-    assert again["comparisons"] == summary["comparisons"]
+    again = json.loads((folder / "results.json").read_text())["budgets"][0]
+    assert again["comparisons"] == part["comparisons"]
     # nothing ran: the minutes are those of the call that ran the runs, and the report says so
-    assert again["elapsed_s"] == summary["elapsed_s"] and again["timing_from_earlier_call"]
+    assert again["elapsed_s"] == part["elapsed_s"] and again["timing_from_earlier_call"]
     assert "in the call that ran them (this report is rebuilt" in (folder / "report.md").read_text()
 
-    shutil.rmtree(folder / next(iter(summary["runs"])))
+    shutil.rmtree(folder / "smoke" / next(iter(part["runs"])))
     reproduce(claim, tmp_path, capsys)
-    partial = json.loads((folder / "results.json").read_text())
+    partial = json.loads((folder / "results.json").read_text())["budgets"][0]
     assert partial["reused_runs"] == 2 * arms - 1 and not partial["timing_from_earlier_call"]
     assert (f"in this call, which ran 1 of the {2 * arms} runs ({2 * arms - 1} had finished before)"
             in (folder / "report.md").read_text())
@@ -61,10 +65,13 @@ def test_list_names_every_claim(capsys):
         assert name in out
 
 
-def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_path):
+def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(SystemExit, match=r"pip install 'seqssm\[plot\]'"):
+    with pytest.raises(SystemExit) as exit_info:
         main(["reproduce", "rope", "--smoke", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith("pip install 'seqssm[plot]'")
     assert not (tmp_path / "rope").exists()  # refused before anything ran
 
 

@@ -8,7 +8,7 @@ import pytest
 from seqssm.study.reproduce import report, runner, work
 from seqssm.study.reproduce.claim import Claim, Comparison, Measurements, Metric, ReproduceError, Run, Settings
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'seqssm[plot]'")
 
 
 class FakeClaim(Claim):
