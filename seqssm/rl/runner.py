@@ -16,6 +16,7 @@ import json
 import math
 import os
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any, Callable
 
@@ -120,17 +121,39 @@ def state_bytes(state) -> int:
     return sum(state_bytes(s) for s in state) if isinstance(state, (tuple, list)) else 0
 
 
+def env_bytes(env_config) -> int:
+    """Bytes one environment of `env_config` holds after a reset (Python and numpy allocations, by tracemalloc),
+    measured on a fresh copy so that the imports of the first one do not count."""
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    env = make_env(env_config)
+    env.reset(seed=0)
+    size = tracemalloc.get_traced_memory()[0] - before
+    if not tracing:
+        tracemalloc.stop()
+    env.close()
+    return max(size, 0)
+
+
 def check_memory(config: RunConfig, agent, obs_space: spaces.Space, action_space: spaces.Space) -> None:
-    """ConfigError when the buffers of the run (the algorithm's `buffer_bytes`: rollouts or replay, and one core
-    state per environment) cannot fit in the memory free on the agent's device; before any of the num_envs
-    environments is built, so an impossible --ppo.num_envs is refused at once instead of hanging."""
+    """ConfigError when what the run holds cannot fit in the memory free: the algorithm's buffers (`buffer_bytes`:
+    rollouts or replay, one core state per environment) on the agent's device, the num_envs environments on the
+    CPU. Called before those environments are made, so an impossible --ppo.num_envs is refused at once."""
     device = next(agent.parameters()).device
-    per_env = state_bytes(agent.initial_state(1, device=torch.device("meta")))
-    need, how = config.algo.buffer_bytes(spaces.flatdim(obs_space), action_space, per_env)
-    free = available_memory(device)
-    if need > free:
-        raise ConfigError(f"the {config.algorithm} buffers would need about {need / 2**30:.1f} GiB ({how}), more than "
-                          f"the {free / 2**30:.1f} GiB of memory free on {device.type}: lower those settings")
+    per_state = state_bytes(agent.initial_state(1, device=torch.device("meta")))
+    buffers, how = config.algo.buffer_bytes(spaces.flatdim(obs_space), action_space, per_state)
+    per_env, num_envs = env_bytes(config.env), config.algo.num_envs
+    demands = {device: [(buffers, how)]}
+    demands.setdefault(torch.device("cpu"), []).append(
+        (num_envs * per_env, f"{num_envs} environments x {per_env} B each, measured"))
+    for where, parts in demands.items():
+        need, free = sum(size for size, _ in parts), available_memory(where)
+        if need > free:
+            raise ConfigError(f"the {config.algorithm} run would need about {need / 2**30:.1f} GiB on {where.type} "
+                              f"({' + '.join(text for _, text in parts)}), more than the {free / 2**30:.1f} GiB "
+                              "free there: lower those settings")
 
 
 def build(config: RunConfig):

@@ -87,8 +87,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
      "--final_eval.episodes: the final evaluation plays env.eval_sets, and there are"),
     (["--final_eval.episodes", "-1"], "--final_eval.episodes = -1 is out of range: must be >= 0"),
     # Before: accepted, then building 10^8 environments hung (issue 27)
-    (["--ppo.num_envs", "100000000"], "the ppo buffers would need about 846.4 GiB (--ppo.num_envs 100000000 x "
-                                      "(--ppo.unroll 128 steps x 69 B + 2 core states x 128 B)), more than the"),
+    (["--ppo.num_envs", "100000000"], "the ppo run would need about "),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):
     code, err = run_cli(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", "--out_dir", str(tmp_path / "r"),
@@ -124,9 +123,14 @@ def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeyp
         assert obs_dim == 10 and need == per_env + 4 * 2 * state
     else:
         assert need == 1000 * 4 * (obs_dim + runner.spaces.flatdim(actions) + 1) + config.algo.num_envs * state
+    per_env = runner.env_bytes(config.env)
+    assert 100 < per_env < 10**6
+    need += config.algo.num_envs * per_env
+    monkeypatch.setattr(runner, "env_bytes", lambda env: per_env)
     monkeypatch.setattr(runner, "available_memory", lambda device: need - 1)
-    with pytest.raises(runner.ConfigError, match=rf"the {config.algorithm} buffers would need about 0\.0 GiB \(.*"
-                                                 r"\), more than the 0\.0 GiB of memory free on cpu"):
+    with pytest.raises(runner.ConfigError, match=rf"the {config.algorithm} run would need about 0\.0 GiB on cpu \(.*"
+                                                 rf" \+ {config.algo.num_envs} environments x {per_env} B each, "
+                                                 r"measured\), more than the 0\.0 GiB free there"):
         build(config)
     monkeypatch.setattr(runner, "available_memory", lambda device: need)
     build(config).envs.close()
