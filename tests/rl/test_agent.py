@@ -205,5 +205,5 @@ def test_core_init_from_lightning_checkpoint(tmp_path):
     torch.save({"hyper_parameters": hparams, "state_dict": task.state_dict()}, tmp_path / "last.ckpt")
     agent = build_agent(AgentConfig(core_init_from=str(tmp_path / "last.ckpt")), OBS, spaces.Discrete(2))
     _assert_core_is(agent, task.model)
-    with pytest.raises(FileNotFoundError, match="no checkpoint file or exported folder"):
+    with pytest.raises(FileNotFoundError, match=r"core_init_from: .*missing\.ckpt: no such file or folder"):
         build_agent(AgentConfig(core_init_from=str(tmp_path / "missing.ckpt")), OBS, spaces.Discrete(2))
