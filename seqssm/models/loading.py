@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from seqssm.errors import CheckpointError, MissingFileError, NotASeqssmFolderError, PretrainedFormatError
+from seqssm.errors import CheckpointError, MissingFileError, PretrainedFormatError
 from seqssm.models import formats
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.formats.files import MODEL_FILE_PATTERNS, read_safetensors, read_tensors
@@ -154,15 +154,12 @@ def read_folder(folder: Path) -> Pretrained:
 
 
 def read_pretrained(source: str | Path, what: str = "path", revision: str | None = None,
-                    cache_dir: str | Path | None = None, folders_only: bool = False) -> Pretrained:
-    """A saved model read (not built) from `source`: a model folder, a Hub id, or (unless `folders_only`) a task
-    checkpoint; `what` names the argument in errors."""
+                    cache_dir: str | Path | None = None) -> Pretrained:
+    """A saved model read (not built) from `source`: a model folder, a Hub id or a task checkpoint; `what` names
+    the argument in errors."""
     path = resolve(source, MODEL_FILE_PATTERNS, revision=revision, cache_dir=cache_dir, what=what)
     if path.is_dir():
         return read_folder(path)
-    if folders_only:
-        raise NotASeqssmFolderError(f"{what}: {path} is a file, not a model folder; a checkpoint of `seqssm fit` "
-                                    f"becomes one with `seqssm export {path} DIR`")
     return read_task_checkpoint(path, what)
 
 
@@ -178,11 +175,10 @@ def build(pretrained: Pretrained, model_cls: type[SequenceModel] = SequenceModel
 
 
 def load_model(source: str | Path, model_cls: type[SequenceModel] = SequenceModel, dtype: torch.dtype | None = None,
-               revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path",
-               folders_only: bool = False) -> SequenceModel:
+               revision: str | None = None, cache_dir: str | Path | None = None, what: str = "path") -> SequenceModel:
     """The network in a seqssm / Hugging Face / mamba_ssm folder, a Hub id or a task checkpoint, built with its
     weights (users call `SequenceModel.from_pretrained`)."""
-    return build(read_pretrained(source, what, revision, cache_dir, folders_only), model_cls, dtype)
+    return build(read_pretrained(source, what, revision, cache_dir), model_cls, dtype)
 
 
 def model_from_path(path: str | Path, what: str = "path") -> SequenceModel:
