@@ -3,8 +3,8 @@ Face Hub repository (`ORG/NAME`, optionally `ORG/NAME@REVISION`) fetched once in
 (huggingface_hub's blobs / refs / snapshots layout, `HF_HUB_CACHE`) and read from there afterwards.
 
 A local path of that name always wins. Only the files the caller names are fetched (a model's:
-`seqssm.models.formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable, huggingface_hub
-serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
+`seqssm.models.formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable,
+huggingface_hub serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
 stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-
 from typing import Sequence
 
 from seqssm.errors import DownloadError, MissingFileError
