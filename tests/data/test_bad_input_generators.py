@@ -68,6 +68,8 @@ def test_pathfinder_gives_up_when_the_contours_never_fit(tmp_path, monkeypatch):
     assert not (tmp_path / "pf").exists()
     with pytest.raises(ConfigError, match="^pathfinder: n must be an integer >= 1, got 0"):
         pathfinder.write_pathfinder(tmp_path / "pf", 0)
+    with pytest.raises(ConfigError, match="^pathfinder: seed must be an integer >= 0, got -1"):
+        pathfinder.write_pathfinder(tmp_path / "pf", 2, seed=-1)
 
 
 @pytest.mark.parametrize("kwargs, message", [({"chrom_length": 0}, "chrom_length must be an integer >= 1, got 0"),
@@ -76,7 +78,8 @@ def test_pathfinder_gives_up_when_the_contours_never_fit(tmp_path, monkeypatch):
                                              ({"concentration": 0.0}, "concentration must be > 0"),
                                              ({"species": []}, "name at least one species"),
                                              ({"species": "human"}, "name at least one species in a list"),
-                                             ({"species": ["human", "cat"]}, "unknown species 'cat'")])
+                                             ({"species": ["human", "cat"]}, "unknown species 'cat'"),
+                                             ({"seed": -1}, "seed must be an integer >= 0, got -1")])
 def test_genome_arguments_are_checked_before_writing(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=f"^species: {message}"):
         genome.write_genomes(tmp_path / "g", **kwargs)
@@ -86,6 +89,8 @@ def test_genome_arguments_are_checked_before_writing(tmp_path, kwargs, message):
 @pytest.mark.parametrize("write, name", [(standins.write_cifar_standin, "per_batch"),
                                          (standins.write_mnist_standin, "n_train"),
                                          (standins.write_imdb_standin, "n"), (standins.write_aan_standin, "n")])
-def test_standins_refuse_counts_below_one(tmp_path, write, name):
+def test_standins_refuse_counts_below_one_and_negative_seeds(tmp_path, write, name):
     with pytest.raises(ConfigError, match=rf"^{write.__name__}: {name} must be an integer >= 1, got 0"):
         write(tmp_path, **{name: 0})
+    with pytest.raises(ConfigError, match=rf"^{write.__name__}: seed must be an integer >= 0, got -2"):
+        write(tmp_path, seed=-2)

@@ -137,6 +137,7 @@ def write_genomes(out_dir: str | Path, species=("human", "lemur", "mouse", "pig"
     k-mer counts tell little), with the species' motifs laid over it (see GenomeStructure)."""
     check_int("species", "chrom_length", chrom_length)
     check_int("species", "order", order, minimum=0)
+    check_int("species", "seed", seed, minimum=0)  # numpy's generators take no negative seed
     if order > MAX_ORDER:
         raise ConfigError(f"species: order = {order} needs a transition table of 4**{order} rows; use an order "
                           f"of at most {MAX_ORDER}")

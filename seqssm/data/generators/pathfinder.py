@@ -139,6 +139,7 @@ def draw_sample(rng: np.random.Generator, st: PathfinderStyle, label: int, tries
 def generate_pathfinder(n: int, seed: int, style: PathfinderStyle) -> tuple[np.ndarray, np.ndarray]:
     """(images (n, res, res) uint8, labels (n,)) balanced at random, deterministic in `seed`."""
     check_int("pathfinder", "n", n)
+    check_int("pathfinder", "seed", seed, minimum=0)  # numpy's generators take no negative seed
     rng = np.random.default_rng(seed)
     images = np.zeros((n, style.res, style.res), np.uint8)
     labels = rng.integers(0, 2, size=n)

@@ -18,6 +18,7 @@ from ..io import write_idx
 def write_cifar_standin(out_dir: str | Path, per_batch: int = 1000, seed: int = 0) -> Path:
     """`out_dir/cifar-10-batches-py/{data_batch_1..5,test_batch}` with random images."""
     check_int("write_cifar_standin", "per_batch", per_batch)
+    check_int("write_cifar_standin", "seed", seed, minimum=0)
     rng = np.random.default_rng(seed)
     root = Path(out_dir) / "cifar-10-batches-py"
     root.mkdir(parents=True, exist_ok=True)
@@ -32,6 +33,7 @@ def write_mnist_standin(out_dir: str | Path, n_train: int = 6000, n_test: int = 
     """MNIST IDX files (gzipped) with random images."""
     check_int("write_mnist_standin", "n_train", n_train)
     check_int("write_mnist_standin", "n_test", n_test)
+    check_int("write_mnist_standin", "seed", seed, minimum=0)
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,6 +56,7 @@ def _text(rng: np.random.Generator, n_chars: int) -> str:
 def write_imdb_standin(out_dir: str | Path, n: int = 2000, seed: int = 0) -> Path:
     """`train.parquet` / `test.parquet` (text, label) with random reviews of 200..6000 characters."""
     check_int("write_imdb_standin", "n", n)
+    check_int("write_imdb_standin", "seed", seed, minimum=0)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -69,6 +72,7 @@ def write_imdb_standin(out_dir: str | Path, n: int = 2000, seed: int = 0) -> Pat
 def write_aan_standin(out_dir: str | Path, n: int = 1000, seed: int = 0) -> Path:
     """`new_aan_pairs.{train,eval,test}.tsv` with random document pairs."""
     check_int("write_aan_standin", "n", n)
+    check_int("write_aan_standin", "seed", seed, minimum=0)
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
