@@ -69,6 +69,7 @@ class TaskCheckpoint(ModelCheckpoint):
         self._writes = 0  # of last.ckpt
         self._stop_signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
+        self._resumes_here = True  # whether the checkpoint being resumed lies in dirpath (set on loading it)
 
     @property
     def last_path(self) -> str:
@@ -97,11 +98,15 @@ class TaskCheckpoint(ModelCheckpoint):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.ckpt_path and os.path.realpath(trainer.ckpt_path) == os.path.realpath(self.last_path):
             self.last_saved_step = checkpoint.get("global_step")
+        self._resumes_here = bool(trainer.ckpt_path) and (
+            os.path.realpath(os.path.dirname(trainer.ckpt_path)) == os.path.realpath(self.dirpath))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old = state_dict.get("dirpath")
-        if old and self.dirpath and os.path.normpath(old) != os.path.normpath(self.dirpath):
-            # the run folder was moved or copied: its checkpoints are here now, under the same names
+        moved = old and self.dirpath and os.path.normpath(old) != os.path.normpath(self.dirpath)
+        if moved and self._resumes_here:
+            # the run folder was moved or copied: its checkpoints are here now, under the same names (a checkpoint
+            # resumed into another folder, a new version, keeps Lightning's handling: only best_model_path)
             state_dict = relocate(state_dict, old, self.dirpath)
         super().load_state_dict(state_dict)
 

@@ -185,8 +185,8 @@ class SeqssmCLI(LightningCLI):
             self._locks.enter_context(RunFolderLock(folder))
 
     def place_run(self) -> None:
-        """Give a fit its folder: the version folder of the run that --ckpt_path resumes, else a new version
-        (checkpoints and the default logger's files both); with --checkpoint.dirpath, refuse to overwrite another
+        """Give a fit its folder: the version folder of the run whose last.ckpt --ckpt_path resumes, else a new
+        version (checkpoints and the default logger's files both); with --checkpoint.dirpath, refuse to overwrite another
         run's last.ckpt there. validate / test / predict read the checkpoints of the run they evaluate."""
         callback = self.trainer.checkpoint_callback
         if not isinstance(callback, TaskCheckpoint):
@@ -199,8 +199,9 @@ class SeqssmCLI(LightningCLI):
         root = Path(self.trainer.default_root_dir)
         if callback.dirpath is None:
             versions = run_versions(root)
+            # a run's last.ckpt goes on in its folder; any other checkpoint (a best one) starts a new version from it
             resumed = [n for n, folder in versions.items()
-                       if ckpt and Path(ckpt).resolve().parent == (folder / "checkpoints").resolve()]
+                       if ckpt and Path(ckpt).resolve() == (folder / "checkpoints" / "last.ckpt").resolve()]
             version = resumed[0] if resumed else max(versions, default=-1) + 1
             callback.dirpath = str(version_folder(root, version) / "checkpoints")
             for logger in self.trainer.loggers:

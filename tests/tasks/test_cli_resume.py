@@ -75,6 +75,16 @@ def test_a_second_run_of_a_recipe_is_a_new_version_and_last_resumes_the_newest(w
     assert step_of(first) == 3 and not version(2).exists()
 
 
+def test_resuming_from_a_best_checkpoint_starts_a_new_version_and_leaves_its_run_as_it_was(workdir, capsys):
+    fit()  # one epoch: a best checkpoint at its validation, step 4
+    files = {p: p.read_bytes() for p in (version(0) / "checkpoints").iterdir()}
+    best = next(p for p in files if p.name.startswith("epoch=0-step=4-val_acc="))
+    fit("--ckpt_path", str(best), "--trainer.max_epochs", "2")
+    assert {p: p.read_bytes() for p in (version(0) / "checkpoints").iterdir()} == files
+    assert step_of(version(1) / "checkpoints" / "last.ckpt") == 8
+    assert any(p.name.startswith("epoch=1-step=8-") for p in (version(1) / "checkpoints").iterdir())
+
+
 def test_a_run_folder_is_locked_while_a_run_writes_to_it(workdir, capsys):
     with RunFolderLock("run"):
         code, err = run(["fit", "--config", "tiny.yaml"], capsys)
