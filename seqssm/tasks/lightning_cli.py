@@ -6,9 +6,11 @@ that neither has to import the other.
 Where `seqssm fit` writes, as Lightning users expect: each new run of a recipe is a new version,
 `<default_root_dir>/lightning_logs/version_N/` with its config.yaml, metrics.csv and `checkpoints/` (best by the
 task's metric, and last.ckpt), so a second run never touches the first one's files. `--ckpt_path last` resumes
-the run whose last.ckpt was written most recently, in its own version folder. While a run writes, its
-default_root_dir is locked (`RunFolderLock`): a second `seqssm fit` there is refused. A CLI built with
-`run=False` (the studies) writes its checkpoints to `<default_root_dir>/checkpoints` and manages its folders itself.
+the run whose last.ckpt was written most recently, in its own version folder; any other checkpoint given to
+--ckpt_path (a best one) starts a new version from it. While a run writes, its default_root_dir is locked
+(`RunFolderLock`): a second `seqssm fit` there is refused. With --checkpoint.dirpath the checkpoints go there, and
+a last.ckpt of another run there is not overwritten. A CLI built with `run=False` (the studies) writes its
+checkpoints to `<default_root_dir>/checkpoints` and manages its folders itself.
 """
 
 from __future__ import annotations
@@ -71,8 +73,8 @@ class SeqssmParser(ShortErrors, LightningArgumentParser):
 
 
 class SeqssmCLI(LightningCLI):
-    """LightningCLI with data-to-model dimension links, task-aware checkpoints, safe checkpoint loading and
-    recipes that name their base (`seqssm.recipes`)."""
+    """LightningCLI with data-to-model dimension links, task-aware checkpoints, safe checkpoint loading, recipes
+    that name their base (`seqssm.recipes`), and a locked version folder per fit run (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         # the run-folder locks that before_instantiate_classes takes are held until the run ends, however it ends
@@ -186,8 +188,8 @@ class SeqssmCLI(LightningCLI):
 
     def place_run(self) -> None:
         """Give a fit its folder: the version folder of the run whose last.ckpt --ckpt_path resumes, else a new
-        version (checkpoints and the default logger's files both); with --checkpoint.dirpath, refuse to overwrite another
-        run's last.ckpt there. validate / test / predict read the checkpoints of the run they evaluate."""
+        version (checkpoints and the default logger's files both); with --checkpoint.dirpath, refuse to overwrite
+        another run's last.ckpt there. validate / test / predict read the checkpoints of the run they evaluate."""
         callback = self.trainer.checkpoint_callback
         if not isinstance(callback, TaskCheckpoint):
             return
