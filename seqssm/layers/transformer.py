@@ -82,9 +82,15 @@ class CausalTransformer(SequenceLayer):
             blocked = blocked | (segment[:, :, None] != segment[:, None, :])
         blocked = blocked & (gap != 0)  # every query sees itself, so padded queries have a finite softmax
         attn_mask = blocked.repeat_interleave(self.n_heads, dim=0)
-        h = seq + sinusoidal(positions.clamp(min=0), self.d_model).to(dtype)
+        # A blocked key still enters the attention product with weight 0, and 0 x inf is NaN: a non-finite input
+        # would reach every query, the earlier ones too. It is left out, and the queries that see it are NaN.
+        finite = torch.isfinite(seq) if not torch.isfinite(seq.sum()) else None
+        h = seq if finite is None else seq.masked_fill(~finite, 0.0)
+        h = h + sinusoidal(positions.clamp(min=0), self.d_model).to(dtype)
         for layer in self.layers:
             h = promoted_call(layer, h, src_mask=attn_mask)
+        if finite is not None:
+            h = h.masked_fill((~blocked & ~finite.all(-1)[:, None, :]).any(-1, keepdim=True), float("nan"))
         n_new = valid_x.sum(1)
         if segment is None:
             new_count, new_steps = (count + n_new).clamp(max=n_past), steps + n_new
@@ -94,7 +100,7 @@ class CausalTransformer(SequenceLayer):
             new_steps = torch.where(segment[:, -1] > 0, in_last, steps + n_new)
         keep = n_new[:, None] + arange_past  # the last n_past valid tokens
         new_past = seq.gather(1, keep.unsqueeze(-1).expand(-1, -1, self.d_model))
-        new_past = new_past * (arange_past >= n_past - new_count[:, None]).unsqueeze(-1)
+        new_past = new_past.masked_fill((arange_past < n_past - new_count[:, None]).unsqueeze(-1), 0.0)
         return mask_outputs(valid_x, h[:, n_past:].to(x.dtype)), (new_past, new_count, new_steps)
 
     def _step(self, x_t, state):

@@ -356,6 +356,25 @@ def test_a_non_finite_input_step_leaves_every_earlier_output_as_the_recurrence_g
     torch.testing.assert_close(after[torch.isfinite(after)], fresh[torch.isfinite(after)], atol=1e-9, rtol=1e-7)
 
 
+def test_a_transformer_sees_a_non_finite_input_only_while_it_is_in_its_window():
+    # Before: a blocked key entered attention with weight 0, and 0 x inf made every output of the sequence NaN.
+    torch.manual_seed(0)
+    layer = layers.CausalTransformer(D, context=4).double().eval()
+    x = with_bad_steps(torch.randn(2, 12, D, dtype=torch.float64))
+    expected_bad = torch.zeros(2, 12, dtype=torch.bool)
+    for b, t, _, _ in BAD_STEPS:
+        expected_bad[b, t : t + 4] = True  # the queries whose window of 4 holds it, every channel
+    reference = step_loop(layer, x)
+    first, state = layer.scan(x[:, :6])
+    for y in (layer(x), layer.scan(x)[0], torch.cat([first, layer.scan(x[:, 6:], state)[0]], 1), reference):
+        assert torch.equal(~torch.isfinite(y).all(-1), expected_bad) and torch.isfinite(y[~expected_bad]).all()
+        torch.testing.assert_close(y[~expected_bad], reference[~expected_bad], atol=1e-9, rtol=1e-7)
+    resets = torch.zeros(2, 12, dtype=torch.bool)
+    resets[:, 6] = True  # hides what came before: the inf at step 5 of sequence 1 is out of view from step 6 on
+    y = layer.scan(x, resets=resets)[0]
+    assert torch.equal(~torch.isfinite(y).all(-1), expected_bad & ((torch.arange(12) < 6) | torch.tensor([[True], [False]])))
+
+
 def test_a_block_stack_keeps_the_outputs_before_a_non_finite_step_finite():
     torch.manual_seed(0)
     stack = make_stack("simple", D, 2, ssp="s4d", d_state=4).eval()
