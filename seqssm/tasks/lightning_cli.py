@@ -207,8 +207,10 @@ class SeqssmCLI(LightningCLI):
             version = resumed[0] if resumed else max(versions, default=-1) + 1
             callback.dirpath = str(version_folder(root, version) / "checkpoints")
             for logger in self.trainer.loggers:
-                # Lightning's CSV and TensorBoard loggers in <root>/lightning_logs: the same version folder
-                if hasattr(logger, "_version") and Path(getattr(logger, "root_dir", "")) == root / VERSIONS:
+                # Lightning's CSV and TensorBoard loggers in <root>/lightning_logs: the same version folder (not
+                # fast_dev_run's DummyLogger, which has no folder)
+                folder = getattr(logger, "root_dir", None)
+                if hasattr(logger, "_version") and folder and Path(folder) == root / VERSIONS:
                     logger._version = version
             return
         folder = Path(callback.dirpath)

@@ -200,3 +200,8 @@ def test_a_full_disk_during_export_is_one_line_naming_the_folder_and_keeps_the_m
                           "IoError(Os { code: 28, kind: StorageFull")
     assert {p.name: p.read_bytes() for p in (workdir / "model").iterdir()} == before, "the previous export is kept"
     assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(".model")) == [], "no staging left"
+
+
+def test_fast_dev_run_trains_and_leaves_no_run_to_resume(workdir, capsys):
+    fit("--trainer.fast_dev_run", "1")  # Lightning swaps in a logger without a folder and saves no checkpoint
+    assert not list((workdir / "run").glob("lightning_logs/version_*/checkpoints/last.ckpt"))
