@@ -126,6 +126,10 @@ class TaskCheckpoint(ModelCheckpoint):
         self._last_written_at = time.monotonic()
         return path
 
+    def _keeps_last(self, trainer: L.Trainer) -> bool:
+        """Whether this run refreshes last.ckpt: save_last, and not a fast_dev_run (which saves no checkpoint)."""
+        return bool(self.save_last) and not trainer.fast_dev_run
+
     def _keep_as_previous(self, path: str) -> bool:
         """Give last.ckpt a second name, previous_path (no copy: no extra space until last.ckpt is replaced)."""
         link = temporary_path(Path(self.previous_path))
@@ -175,7 +179,7 @@ class TaskCheckpoint(ModelCheckpoint):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         super().on_train_batch_end(trainer, pl_module, *args)
-        if trainer.sanity_checking or not self.save_last:
+        if trainer.sanity_checking or not self._keeps_last(trainer):
             return
         minutes = self.last_every_n_minutes
         late = bool(minutes) and time.monotonic() - self._last_written_at >= 60 * minutes
@@ -193,11 +197,11 @@ class TaskCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt too when it saved a new best
         # after validation and the best checkpoint, so that last.ckpt carries both; also when the run stops at
         # max_steps inside an epoch (see resume.settle_loop_state for how that checkpoint is resumed)
-        if self.save_last and self._writes == writes:
+        if self._keeps_last(trainer) and self._writes == writes:
             self.save_last_now(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.save_last and self.last_saved_step != trainer.global_step:
+        if self._keeps_last(trainer) and self.last_saved_step != trainer.global_step:
             self.save_last_now(trainer)
         if trainer.is_global_zero:
             self._remove_previous()  # only needed while training
@@ -217,7 +221,7 @@ class TaskCheckpoint(ModelCheckpoint):
     # -- SIGINT / SIGTERM ------------------------------------------------------------------------------
     def _install_signal_handlers(self, trainer: L.Trainer) -> None:
         self._stop_signal = None
-        if not self.save_last or threading.current_thread() is not threading.main_thread():
+        if not self._keeps_last(trainer) or threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
         verbose = trainer.is_global_zero
 
