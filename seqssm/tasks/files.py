@@ -114,8 +114,10 @@ class RunFolderLock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_FILE
         self._fd: int | None = None
+        self._made = False
 
     def __enter__(self) -> "RunFolderLock":
+        self._made = not self.folder.exists()
         self.folder.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -151,6 +153,11 @@ class RunFolderLock:
         self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+        if self._made:  # a run refused before writing anything leaves no empty folder behind
+            try:
+                self.folder.rmdir()
+            except OSError:
+                pass  # not empty: the run wrote into it
 
 
 def _read_holder(fd: int) -> str:

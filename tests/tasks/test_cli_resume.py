@@ -91,8 +91,9 @@ def test_a_run_folder_is_locked_while_a_run_writes_to_it(workdir, capsys):
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith(f"seqssm fit: error: run is in use by another seqssm fit (PID {os.getpid()} on host ")
     assert "--trainer.default_root_dir" in err
-    assert not (workdir / "run" / "lightning_logs").exists(), "the refused run wrote nothing"
-    assert not (workdir / "run" / LOCK_FILE).exists(), "the lock is gone with its holder"
+    assert not (workdir / "run").exists(), "the refused run wrote nothing; the lock went with its holder"
+    code, err = run(["fit", "--config", "tiny.yaml", "--model.init_args.lr", "-1"], capsys)
+    assert code == 2 and not (workdir / "run").exists(), "a run refused for its settings leaves no folder either"
 
     # another process's lock, held while it runs: refused, naming that process
     holder = subprocess.Popen([sys.executable, "-c", "import sys; from seqssm.tasks.files import RunFolderLock\n"
