@@ -17,6 +17,11 @@ def runs_of(name, smoke=False, **kw):
     return CLAIMS[name](Settings(out=Path("/nonexistent"), smoke=smoke, **kw)).runs()
 
 
+def budget_runs(name, factor, **kw):
+    claim = CLAIMS[name](Settings(out=Path("/nonexistent"), **kw))
+    return claim.at_budget(factor, claim.root / "x").runs()
+
+
 @pytest.fixture(autouse=True)
 def keep_torch_threads():
     threads = torch.get_num_threads()
@@ -24,10 +29,10 @@ def keep_torch_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("smoke", [False, True])
+@pytest.mark.parametrize("scale", ["mini", "smoke", "full"])
 @pytest.mark.parametrize("name", sorted(CLAIMS))
-def test_every_run_of_every_claim_is_a_valid_config(name, smoke, monkeypatch, tmp_path):
-    runs = runs_of(name, smoke)
+def test_every_run_of_every_claim_is_a_valid_config(name, scale, monkeypatch, tmp_path):
+    runs = runs_of(name, smoke=scale == "smoke", scale="full" if scale == "full" else "mini")
     assert {r.arm for r in runs} >= set(CLAIMS[name].arms) - {"pre"}
     assert len({r.key for r in runs}) == len(runs)
     first_per_arm = {}
@@ -49,7 +54,11 @@ def test_every_run_of_every_claim_is_a_valid_config(name, smoke, monkeypatch, tm
 
             monkeypatch.setattr("sys.argv", ["seqssm"])
             path = tmp_path / f"{run.arm}.yaml"
-            path.write_text(yaml.safe_dump(run.config))
+            config = run.config
+            if scale == "full":  # a GPU's settings, checked here on the CPU
+                assert config["trainer"]["accelerator"] == "gpu"
+                config = {**config, "trainer": {**config["trainer"], "accelerator": "cpu"}}
+            path.write_text(yaml.safe_dump(config))
             cli = make_cli(["--config", str(path)], run=False)
             assert cli.trainer.max_steps == run.units
             assert cli.model.hparams.model == run.config["model"]["init_args"]["model"]
@@ -58,12 +67,29 @@ def test_every_run_of_every_claim_is_a_valid_config(name, smoke, monkeypatch, tm
 
 
 def test_budget_scales_the_training_steps():
-    full = {r.key: r.units for r in runs_of("repeat-previous")}
-    half = {r.key: r.units for r in runs_of("repeat-previous", budget=0.5)}
+    full = {r.key: r.units for r in budget_runs("repeat-previous", 1.0)}
+    half = {r.key: r.units for r in budget_runs("repeat-previous", 0.5)}
     assert half["s5/seed0"] == pytest.approx(full["s5/seed0"] / 2, rel=0.01) and half["s5/seed0"] % (16 * 128) == 0
-    rope = {r.key: r for r in runs_of("rope", budget=0.5)}["mamba-s6/seed2"]
-    assert rope.units == 800 and rope.config["trainer"]["val_check_interval"] == 100
+    rope = {r.key: r for r in budget_runs("rope", 2.0)}["mamba-s6/seed2"]
+    assert rope.units == 1600 and rope.config["trainer"]["val_check_interval"] == 200
     assert rope.config["seed_everything"] == 2
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_every_claim_declares_two_budgets_seeds_with_power_and_a_full_scale_plan(name):
+    """claim.yaml's seeds are the fewest (at least 3) that give the primary comparison 80% power at the declared
+    effect and spread; the two budgets are the folders the runner fills; --scale full runs the full-scale plan."""
+    claim = CLAIMS[name](Settings(out=Path("/out")))
+    d = claim.declaration
+    assert d.power() >= 0.8 and (d.seeds == 3 or d.power(d.seeds - 1) < 0.8 or d.seeds == 4)
+    assert [f for f, _ in claim.budgets()] == [1.0, 2.0] and d.budgets_why
+    assert [p.name for _, p in claim.budgets()] == ["budget-1x", "budget-2x"]
+    full = CLAIMS[name](Settings(out=Path("/out"), scale="full"))
+    assert [p.name for _, p in full.budgets()] == ["full"] and len(full.seeds()) == d.full["seeds"]
+    mini_config = {r.key: r.config for r in claim.runs()}
+    assert all(r.config != mini_config.get(r.key) for r in full.runs() if r.kind != "surgery")
+    assert sum(c.role == "primary" for c in d.comparisons) == 1
+    assert all(c.why for c in d.comparisons if c.role == "sanity")
 
 
 def parameters(module):

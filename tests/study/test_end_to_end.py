@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from seqssm.cli import main
+from seqssm.study.reproduce.claim import RECIPES
 
 pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'seqssm[plot]'")
 
@@ -77,7 +78,12 @@ def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_
 
 def test_changed_settings_are_a_one_line_error(tmp_path, capsys):
     reproduce("repeat-previous", tmp_path, capsys)
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES, recipes)
+    smoke = recipes / "repeat-previous" / "smoke.yaml"
+    smoke.write_text(smoke.read_text().replace("total_steps: 256", "total_steps: 512"))
     with pytest.raises(SystemExit) as exit_info:
-        main(["reproduce", "repeat-previous", "--seeds", "1", "--jobs", "1", "--no-bars", "--out", str(tmp_path)])
+        main(["reproduce", "repeat-previous", "--smoke", "--seeds", "1", "--jobs", "1", "--no-bars", "--out",
+              str(tmp_path), "--recipes", str(recipes)])
     assert exit_info.value.code == 2
     assert "was made with other settings" in capsys.readouterr().err

@@ -1,5 +1,6 @@
-"""The shared runner and report on fake arms: runs in dependency order, skip on rerun, refuse changed settings,
-report failures, and write results.json, report.md (table of mean ± SE, paper values, verdict lines) and figures."""
+"""The shared runner and report on fake arms: runs in dependency order at both declared budgets, skip on rerun,
+refuse changed settings, report failures and preconditions, and write results.json, report.md (table of mean ± SE,
+paper values, every seed, verdict lines with intervals and p-values, the plan) and figures."""
 
 import json
 
@@ -21,9 +22,8 @@ class FakeClaim(Claim):
     arms = ("a", "b", "pre")
     metrics = (Metric("score", "score"),)
     paper_values = {"a": {"score": "0.9"}}
-    comparisons = (Comparison("score", "a", "b", "greater", "a 0.9 vs b 0.1"),
-                   Comparison("score", "b", "a", "close", "nothing", margin=0.1))
     level = {"a": 1.0, "b": 0.0, "pre": 0.0}
+    precondition = True
 
     def runs(self):
         runs = []
@@ -31,7 +31,7 @@ class FakeClaim(Claim):
             runs.append(Run(f"pre/seed{seed}", "pre", seed, "fake", {"value": self.level["pre"]}, 10))
             for arm in ("a", "b"):
                 needs = (f"pre/seed{seed}",) if arm == "b" else ()
-                value = self.level[arm] + self.settings.budget * 0.1 * seed * (2 if arm == "a" else 1)
+                value = self.level[arm] + self.factor * 0.1 * seed * (2 if arm == "a" else 1)
                 runs.append(Run(f"{arm}/seed{seed}", arm, seed, "fake", {"value": value}, 10, needs))
         return runs
 
@@ -41,6 +41,7 @@ class FakeClaim(Claim):
             if record["arm"] != "pre":
                 m.add(record["arm"], "score", record["result"]["score"])
         m.notes.append("a note")
+        m.preconditions.append(("the fake task is learned", self.precondition))
         return m
 
     def plot(self, m, folder):
@@ -66,53 +67,90 @@ def calls(monkeypatch):
     return ran
 
 
+DECLARATION = """
+metric: the fake score, a against b
+comparisons:
+  - {metric: score, a: a, b: b, relation: greater, role: primary, paper: "a 0.9 vs b 0.1"}
+  - {metric: score, a: b, b: a, relation: equivalent, margin: 0.1, role: secondary, paper: "nothing"}
+  - {metric: score, a: a, b: a, relation: faster, role: speed, paper: "no ratio"}
+seeds: {n: 3, sd: 0.1, effect: 0.5, why: "made up"}
+budgets: {factors: [1.0, 2.0], why: "a test"}
+full_scale: {settings: "big", seeds: 2, unit: step, s_per_unit_here: 0.5, flop_ratio: 10, flop_why: "x10"}
+"""
+
+
 def run(tmp_path, **kw):
-    claim = FakeClaim(Settings(out=tmp_path, jobs=1, **kw))
+    recipes = tmp_path / "recipes"
+    (recipes / "fake").mkdir(parents=True, exist_ok=True)
+    (recipes / "fake" / "claim.yaml").write_text(DECLARATION)
+    claim = FakeClaim(Settings(out=tmp_path, jobs=1, recipes=recipes, **kw))
     return claim, runner.run_claim(claim, log=lambda line: None, bars=False)
 
 
-def test_runs_in_dependency_order_and_reports(tmp_path, calls):
+def test_runs_in_dependency_order_at_both_budgets_and_reports(tmp_path, calls):
     claim, summary = run(tmp_path)
-    assert len(calls) == 9
+    assert len(calls) == 18  # 9 runs at each budget
     for seed in range(3):
         assert calls.index(f"pre/seed{seed}") < calls.index(f"b/seed{seed}")
-    assert summary["verdict"] == "disagrees"  # a > b agrees; b close to a (margin 0.1) disagrees
-    assert [c["verdict"] for c in summary["comparisons"]] == ["agrees", "disagrees"]
-    a = summary["arms"]["a"]["score"]
+    assert summary["verdict"] == "agrees" and summary["verdicts"] == ["agrees", "agrees"]
+    main, twice = summary["budgets"]
+    assert [c["verdict"] for c in main["comparisons"]] == ["agrees", "disagrees", "reported"]
+    assert main["counts"] == {"agrees": 0, "disagrees": 1, "inconclusive": 0}  # the primary is not among them
+    a = main["arms"]["a"]["score"]
     assert a["values"] == pytest.approx([1.0, 1.2, 1.4]) and a["mean"] == pytest.approx(1.2)
-    assert a["se"] == pytest.approx(0.2 / 3**0.5)
+    assert twice["arms"]["a"]["score"]["values"] == pytest.approx([1.0, 1.4, 1.8])  # the factor 2 budget
     saved = json.loads((tmp_path / "fake" / "results.json").read_text())
-    assert saved["verdict"] == "disagrees" and set(saved["runs"]) == {r.key for r in claim.runs()}
+    assert saved["verdict"] == "agrees" and set(saved["budgets"][0]["runs"]) == {r.key for r in claim.runs()}
     md = (tmp_path / "fake" / "report.md").read_text()
     assert "| a | 1.200 ± 0.115 | 0.9 |" in md  # mean ± SE, the paper's value beside it
-    assert "**agrees**: a > b on score: ours 1.200 vs 0.100, difference +1.100" in md
-    assert "- a note" in md and "![fake](fake.png)" in md
+    assert "| a | score | 1.000, 1.200, 1.400 |" in md  # every seed
+    assert ("- **agrees** (primary): a > b on score: 1.200 vs 0.100 (seeds 1.000, 1.200, 1.400 | 0.000, 0.100, "
+            "0.200); difference +1.100, 95% CI [") in md
+    assert "one-sided Welch p = 0.0" in md and "TOST p = " in md and "(Holm " in md
+    assert "Verdict at the budget: **agrees**; at twice it: **agrees**." in md
+    assert "### At the budget (budget-1x)" in md and "### At twice the budget (budget-2x)" in md
+    assert "power 0.99" in md or "power 1.00" in md
+    # 2 seeds x 3 full-scale runs of 10 steps x 0.5 s x 10 / 250 / 3600
+    assert "`seqssm reproduce fake --scale full` (big; 6 runs, 2 seeds): about 0.0 h" in md
+    assert "- a note" in md and "- Precondition holds: the fake task is learned" in md and "![fake](fake.png)" in md
     assert (tmp_path / "fake" / "fake.png").stat().st_size > 0
-    assert json.loads((tmp_path / "fake" / "a" / "seed1" / "result.json").read_text())["result"] == {"score": 1.2}
+    result = tmp_path / "fake" / "budget-1x" / "a" / "seed1" / "result.json"
+    assert json.loads(result.read_text())["result"] == {"score": 1.2}
+
+
+def test_a_failed_precondition_fails_the_claim(tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(FakeClaim, "precondition", False)
+    _, summary = run(tmp_path)
+    assert summary["verdict"] == "precondition failed"
+    assert "- Precondition FAILS: the fake task is learned" in (tmp_path / "fake" / "report.md").read_text()
 
 
 def test_finished_runs_are_skipped_on_a_second_call(tmp_path, calls):
     run(tmp_path)
     calls.clear()
-    (tmp_path / "fake" / "b" / "seed2" / "result.json").unlink()  # as if interrupted there
+    (tmp_path / "fake" / "budget-1x" / "b" / "seed2" / "result.json").unlink()  # as if interrupted there
     _, summary = run(tmp_path)
     assert calls == ["b/seed2"]
-    assert summary["arms"]["b"]["score"]["values"] == pytest.approx([0.0, 0.1, 0.2])
+    assert summary["budgets"][0]["arms"]["b"]["score"]["values"] == pytest.approx([0.0, 0.1, 0.2])
 
 
 def test_runs_made_with_other_settings_are_not_reused(tmp_path, calls):
     run(tmp_path)
     with pytest.raises(ReproduceError, match=r"was made with other settings \(value: 1.2 -> 1.4\)"):
-        run(tmp_path, budget=2.0)
+        FakeClaim.precondition = True
+        claim = FakeClaim(Settings(out=tmp_path, jobs=1, recipes=tmp_path / "recipes"))
+        runner.execute(claim.at_budget(2.0, claim.root / "budget-1x").runs(), claim.root / "budget-1x", 1,
+                       lambda line: None, bars=False)
 
 
 def test_a_failed_run_is_reported_and_skips_what_needs_it(tmp_path, calls, monkeypatch):
     monkeypatch.setitem(FakeClaim.level, "pre", -1.0)
     _, summary = run(tmp_path)
-    assert set(summary["failed"]) == {f"{arm}/seed{s}" for arm in ("pre", "b") for s in range(3)}
-    assert "negative value" in summary["failed"]["pre/seed0"]
-    assert "skipped: a run it needs failed" in summary["failed"]["b/seed0"]
-    assert [c["verdict"] for c in summary["comparisons"]] == ["no data", "no data"]
+    main = summary["budgets"][0]
+    assert set(main["failed"]) == {f"{arm}/seed{s}" for arm in ("pre", "b") for s in range(3)}
+    assert "negative value" in main["failed"]["pre/seed0"]
+    assert "skipped: a run it needs failed" in main["failed"]["b/seed0"]
+    assert [c["verdict"] for c in main["comparisons"]] == ["no data", "no data", "reported"]  # b never ran
     md = (tmp_path / "fake" / "report.md").read_text()
     assert "Runs that failed" in md and "`pre/seed0`: RuntimeError: negative value" in md
     assert "| a | 1.200 ± 0.115 |" in md  # the arm that ran is still reported
@@ -122,21 +160,32 @@ def test_one_seed_gives_values_without_standard_errors(tmp_path, calls):
     _, summary = run(tmp_path, seeds=1)
     assert summary["verdict"] == "inconclusive"
     saved = json.loads((tmp_path / "fake" / "results.json").read_text())
-    assert saved["arms"]["a"]["score"]["se"] is None  # strict JSON: NaN written as null
+    assert saved["budgets"][0]["arms"]["a"]["score"]["se"] is None  # strict JSON: NaN written as null
     assert "| a | 1.000 | 0.9 |" in (tmp_path / "fake" / "report.md").read_text()
 
 
 def test_the_index_report_links_every_claim(tmp_path, calls):
-    claim = FakeClaim(Settings(out=tmp_path, jobs=1))
+    claim, _ = run(tmp_path)
     summaries = runner.run_all([claim], log=lambda line: None, bars=False)
     index = (tmp_path / "report.md").read_text()
-    assert "| [fake](fake/report.md) | nobody, 1.1 | disagrees | 1 / 1 / 0 |" in index
+    assert "| [fake](fake/report.md) | nobody, 1.1 | agrees | agrees | 0 / 1 / 0 |" in index
     assert "![fake](fake/fake.png)" in index and summaries[0]["claim"] == "fake"
+
+
+def test_a_declaration_without_one_primary_comparison_is_refused(tmp_path):
+    recipes = tmp_path / "recipes"
+    (recipes / "fake").mkdir(parents=True)
+    (recipes / "fake" / "claim.yaml").write_text(DECLARATION.replace("role: primary", "role: secondary"))
+    with pytest.raises(ReproduceError, match="exactly one primary comparison"):
+        FakeClaim(Settings(out=tmp_path, recipes=recipes))
+    with pytest.raises(ValueError, match="must say why"):
+        Comparison("score", "a", "b", "greater", "paper", role="sanity")
 
 
 def test_bad_settings_are_refused():
     for kw, message in (({"seeds": 0}, "--seeds must be >= 1"), ({"budget": 0.0}, "--budget must be a positive"),
-                        ({"jobs": 0}, "--jobs must be >= 1")):
+                        ({"jobs": 0}, "--jobs must be >= 1"), ({"scale": "huge"}, "--scale must be one of"),
+                        ({"smoke": True, "scale": "full"}, "--smoke shrinks the miniature")):
         with pytest.raises(ReproduceError, match=message):
             Settings(out=".", **kw)
 
@@ -144,6 +193,6 @@ def test_bad_settings_are_refused():
 def test_fmt_and_overall():
     assert report.fmt([], ".2f") == "–"
     assert report.fmt([1.0], ".2f") == "1.00"
-    assert report.overall(["agrees", "inconclusive"]) == "inconclusive"
-    assert report.overall(["agrees", "no data"]) == "agrees"
-    assert report.overall(["no data"]) == "no data"
+    rows = [{"role": "primary", "verdict": "agrees"}, {"role": "secondary", "verdict": "disagrees"}]
+    assert report.overall(rows, [("ok", True)]) == "agrees"  # the primary comparison decides
+    assert report.overall(rows, [("ok", True), ("stand-in", False)]) == "precondition failed"

@@ -1,13 +1,16 @@
 """What a claim is: its runs (one per arm, seed and setting), what it measures in them, and the comparisons that
 decide its verdict, with the paper's own numbers beside them.
 
-A claim module builds `Run`s from its recipes (recipes/reproduce/<claim>/), turns the finished runs' results
-into `Measurements` (per arm and metric: one value per seed) and names its `Comparison`s; the shared runner
-(`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
+A claim module builds `Run`s from its recipes (recipes/reproduce/<claim>/) and turns the finished runs' results
+into `Measurements` (per arm and metric: one value per seed, and the preconditions its stand-in must meet). What
+is compared, how (`stats.RELATIONS`), which comparison is primary, the seeds with the power behind them, the two
+budgets and the full-scale settings are declared before any run in the claim's claim.yaml (`Declaration`); the
+shared runner (`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,29 +19,38 @@ from typing import Any
 from seqssm.errors import ReproduceError
 from seqssm.recipes import merge, read_recipe
 
-from .stats import RELATIONS
+from .stats import check_margin, power
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
-# per claim folder: with --smoke, its `run:` section is merged into every run's config, its `prepare:` section
-# into the claim's data settings and its `sweep:` section into the swept values, for a seconds-long run
-SMOKE_RECIPE = "smoke.yaml"
-
+# per claim folder: an overlay whose `run:` section is merged into every run's config, its `prepare:` section
+# into the claim's data settings and its `sweep:` section into the swept values: smoke.yaml for a seconds-long
+# run (--smoke), full.yaml for the source's own settings (--scale full)
+SMOKE_RECIPE, FULL_RECIPE = "smoke.yaml", "full.yaml"
+DECLARATION = "claim.yaml"
+SCALES = ("mini", "full")
+ROLES = ("primary", "secondary", "sanity", "speed")
 
 @dataclass(frozen=True)
 class Settings:
-    """How a claim is run: seeds 0..seeds-1, `budget` times the recipes' training steps (`smoke`: the claim's
-    smoke.yaml sizes instead), results under `out`, `jobs` runs side by side."""
+    """How a claim is run: seeds 0..seeds-1 (None: the number its claim.yaml declares), its declared budgets times
+    `budget` (1: as declared), at `scale` "mini" (this machine) or "full" (the source's settings, full.yaml), or at
+    the claim's smoke.yaml sizes (`smoke`: seconds, one budget); results under `out`, `jobs` runs side by side."""
 
     out: Path
-    seeds: int = 3
+    seeds: int | None = None
     budget: float = 1.0
     smoke: bool = False
     jobs: int = 2
     recipes: Path = RECIPES
+    scale: str = "mini"
 
     def __post_init__(self):
-        if self.seeds < 1:
+        if self.seeds is not None and self.seeds < 1:
             raise ReproduceError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.scale not in SCALES:
+            raise ReproduceError(f"--scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.smoke and self.scale != "mini":
+            raise ReproduceError("--smoke shrinks the miniature; it does not go with --scale full")
         if not (self.budget > 0 and math.isfinite(self.budget)):
             raise ReproduceError(f"--budget must be a positive factor of the recipes' training steps, "
                                  f"got {self.budget}")
@@ -74,8 +86,10 @@ class Metric:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The claim that arm `a` stands to arm `b` as `relation` on `metric` (see `stats.verdict`), and what the paper
-    reports for it."""
+    """The claim that arm `a` stands to arm `b` as `relation` on `metric` (see `stats`), what the paper reports for
+    it and its role: the claim's one "primary" comparison decides the verdict; "secondary" ones are tested with
+    Holm's correction; "sanity" ones hold by construction (`why`) and are shown, not counted; "speed" ones report
+    a time ratio with its interval (a = the fast arm) and count only where the source states a ratio (`margin`)."""
 
     metric: str
     a: str
@@ -83,20 +97,87 @@ class Comparison:
     relation: str
     paper: str
     margin: float = 0.0
+    role: str = "secondary"
+    why: str = ""
 
     def __post_init__(self):
-        if self.relation not in RELATIONS:
-            raise ValueError(f"unknown relation {self.relation!r}; choose one of {RELATIONS}")
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; choose one of {ROLES}")
+        if self.role == "speed" and self.relation != "faster":
+            raise ValueError(f"a speed comparison is a time ratio: relation faster, not {self.relation!r}")
+        if self.role == "speed" and not self.margin:
+            object.__setattr__(self, "margin", 1.0)  # no ratio stated: the ratio is reported, not judged
+        check_margin(self.relation, self.margin)
+        if self.role == "sanity" and not self.why:
+            raise ValueError(f"sanity comparison {self.a} vs {self.b} must say why it holds by construction")
+
+    @property
+    def counted(self) -> bool:
+        """Whether its verdict counts: primary and secondary ones, and speed ones against a ratio the source states."""
+        return self.role in ("primary", "secondary") or (self.role == "speed" and self.margin > 1)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A claim's claim.yaml: the source's metric and baseline (`metric`, words), its comparisons, the seeds with the
+    planning numbers behind them (the primary comparison's seed-to-seed sd measured earlier and the effect the
+    source reports), the two budgets (factors on the recipes' steps) with the reason, and the full-scale plan."""
+
+    metric: str
+    comparisons: tuple[Comparison, ...]
+    seeds: int
+    sd: float
+    effect: float
+    seeds_why: str
+    budgets: tuple[float, float]
+    budgets_why: str
+    full: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: Path, arms: tuple[str, ...], metrics: tuple[str, ...]) -> Declaration:
+        """Read and check a claim.yaml against the claim's arms and metrics."""
+        if not path.is_file():
+            raise ReproduceError(f"{path} not found: every claim declares its comparisons there before running")
+        raw = read_recipe(path)
+        try:
+            comparisons = tuple(Comparison(**c) for c in raw["comparisons"])
+            seeds, budgets, full = raw["seeds"], raw["budgets"], raw["full_scale"]
+            declaration = cls(raw["metric"], comparisons, int(seeds["n"]), float(seeds["sd"]), float(seeds["effect"]),
+                              seeds["why"], tuple(float(b) for b in budgets["factors"]), budgets["why"], dict(full))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ReproduceError(f"{path}: {e}") from None
+        primaries = [c for c in comparisons if c.role == "primary"]
+        unknown = sorted({x for c in comparisons for x in (c.a, c.b)} - set(arms))
+        unmeasured = sorted({c.metric for c in comparisons} - set(metrics))
+        if len(primaries) != 1 or unknown or unmeasured:
+            raise ReproduceError(f"{path}: needs exactly one primary comparison (has {len(primaries)}) over the "
+                                 f"claim's arms and metrics (unknown arms {unknown}, metrics {unmeasured})")
+        if len(declaration.budgets) != 2 or not 0 < declaration.budgets[0] < declaration.budgets[1]:
+            raise ReproduceError(f"{path}: budgets.factors must be two increasing factors, got {budgets['factors']}")
+        return declaration
+
+    @property
+    def primary(self) -> Comparison:
+        """The comparison that decides the claim."""
+        return next(c for c in self.comparisons if c.role == "primary")
+
+    def power(self, n: int | None = None, sd: float | None = None) -> float:
+        """The primary comparison's power at the source's effect with n seeds (default: the declared ones) and
+        seed-to-seed sd `sd` (default: the declared one)."""
+        p = self.primary
+        return power(p.relation, self.effect, self.sd if sd is None else sd, n or self.seeds, p.margin)
 
 
 @dataclass
 class Measurements:
     """Per arm and metric, one value per seed (in seed order); `curves`: data for the plots; `notes`: lines the
-    report prints under the table (checks, caveats measured in this run)."""
+    report prints under the table (caveats measured in this run); `preconditions`: (what the stand-in must show,
+    whether it does): one that fails fails the claim."""
 
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     curves: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    preconditions: list[tuple[str, bool]] = field(default_factory=list)
 
     def add(self, arm: str, metric: str, value: float | None) -> None:
         """Append one seed's value of `metric` for `arm`; None (a run that never measured it, e.g. no episode
@@ -115,19 +196,39 @@ class Claim:
     claim: str = ""  # what the paper says, with its numbers
     arms: tuple[str, ...] = ()  # in table order
     metrics: tuple[Metric, ...] = ()
-    comparisons: tuple[Comparison, ...] = ()
     paper_values: dict[str, dict[str, str]] = {}  # arm -> metric -> the paper's number, as text
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.folder = settings.out / self.name
+        self.root = settings.out / self.name
         self.recipe_dir = settings.recipes / self.name
+        self.declaration = Declaration.load(self.recipe_dir / DECLARATION, self.arms,
+                                            tuple(m.name for m in self.metrics))
+        self.comparisons = self.declaration.comparisons
+        self.factor, self.folder = self.budgets()[0]
+
+    def budgets(self) -> list[tuple[float, Path]]:
+        """(factor on the recipes' steps, runs folder) per budget run: the two declared budgets; one at smoke size
+        (not scaled) and at full scale (the source's steps, in full.yaml)."""
+        if self.settings.smoke:
+            return [(1.0, self.root / "smoke")]
+        if self.settings.scale == "full":
+            return [(1.0, self.root / "full")]
+        return [(f * self.settings.budget, self.root / f"budget-{f * self.settings.budget:g}x")
+                for f in self.declaration.budgets]
+
+    def at_budget(self, factor: float, folder: Path) -> Claim:
+        """This claim with its runs at `factor` times the recipes' steps, in `folder` (what `prepare` found is kept)."""
+        other = copy.copy(self)
+        other.factor, other.folder = factor, folder
+        return other
 
     # -- recipes -----------------------------------------------------------------------------------------------
-    def recipe(self, name: str, part: str = "run") -> dict:
-        """recipes/reproduce/<claim>/<name> with its bases merged, and when smoke-testing the `part` section ("run",
-        "prepare" or "sweep") of the claim's smoke.yaml merged in."""
-        return self.smoked(self.read(name), part)
+    def recipe(self, name: str, part: str = "run", arm: str | None = None) -> dict:
+        """recipes/reproduce/<claim>/<name> with its bases merged, and with the `part` section ("run", "prepare" or
+        "sweep") of the claim's overlay (smoke.yaml or full.yaml) merged in, and its `arms: {arm: ...}` section for
+        `arm`'s runs."""
+        return self.smoked(self.read(name), part, arm)
 
     def read(self, name: str) -> dict:
         """recipes/reproduce/<claim>/<name> with its bases merged."""
@@ -136,23 +237,31 @@ class Claim:
             raise ReproduceError(f"recipe {path} not found; is --recipes the repository's recipes/reproduce?")
         return read_recipe(path)
 
-    def smoked(self, config: dict, part: str = "run") -> dict:
-        """`config` with the `part` section of the claim's smoke.yaml merged in when smoke-testing."""
-        if not self.settings.smoke:
+    def smoked(self, config: dict, part: str = "run", arm: str | None = None) -> dict:
+        """`config` with the `part` section of the claim's smoke.yaml (--smoke) or full.yaml (--scale full) merged in,
+        then, for `arm`'s runs, its entry in the overlay's `arms:` section."""
+        if not self.settings.smoke and self.settings.scale == "mini":
             return config
-        smoke = self.recipe_dir / SMOKE_RECIPE
-        if not smoke.is_file():
-            raise ReproduceError(f"claim {self.name} has no {smoke} for --smoke")
-        return merge(config, read_recipe(smoke).get(part) or {})
+        name = SMOKE_RECIPE if self.settings.smoke else FULL_RECIPE
+        path = self.recipe_dir / name
+        if not path.is_file():
+            raise ReproduceError(f"claim {self.name} has no {path} for "
+                                 f"{'--smoke' if self.settings.smoke else '--scale full'}")
+        overlay = read_recipe(path)
+        config = merge(config, overlay.get(part) or {})
+        return merge(config, (overlay.get("arms") or {}).get(arm) or {}) if arm and part == "run" else config
 
     def seeds(self) -> range:
-        """The seeds every arm runs."""
-        return range(self.settings.seeds)
+        """The seeds every arm runs: --seeds, else the full-scale plan's at full scale, else the declared ones."""
+        if self.settings.seeds is not None:
+            return range(self.settings.seeds)
+        if self.settings.scale == "full":
+            return range(int(self.declaration.full["seeds"]))
+        return range(self.declaration.seeds)
 
     def scaled(self, steps: int, multiple: int = 1) -> int:
-        """`steps` times the budget factor, rounded to a positive multiple of `multiple` (smoke runs are not scaled)."""
-        factor = 1.0 if self.settings.smoke else self.settings.budget
-        return max(multiple, round(steps * factor / multiple) * multiple)
+        """`steps` times this budget's factor, rounded to a positive multiple of `multiple`."""
+        return max(multiple, round(steps * self.factor / multiple) * multiple)
 
     def results(self, records: dict[str, dict], arm: str) -> list[dict]:
         """The finished results of `arm` (runs keyed <arm>/seed<seed>), in seed order."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from seqssm.arguments import ArgumentParser
 
 from . import CLAIMS
-from .claim import RECIPES, Settings
+from .claim import RECIPES, SCALES, Settings
 
 
 def parser() -> ArgumentParser:
@@ -16,10 +16,14 @@ def parser() -> ArgumentParser:
                                 "miniature with several seeds; write results.json, report.md and figures with a "
                                 "verdict per comparison. Finished runs are skipped on a second call.")
     p.add_argument("claim", choices=[*CLAIMS, "all", "list"], help="a claim, `all` of them, or `list` them")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds per arm (default: the number the claim's claim.yaml declares for 80%% power)")
     p.add_argument("--out", type=Path, default=Path("runs/reproduce"), help="results folder (default runs/reproduce)")
     p.add_argument("--budget", type=float, default=1.0,
-                   help="factor on the recipes' training steps (default 1: ~20 minutes per claim on 2 cores)")
+                   help="factor on the two budgets each claim.yaml declares (default 1: as declared; any other value "
+                        "is marked in the report as not the declared budget)")
+    p.add_argument("--scale", choices=SCALES, default="mini",
+                   help="mini: this machine's miniature (default); full: the source's settings (full.yaml), on a GPU")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side, one thread each (default 2)")
     p.add_argument("--smoke", action="store_true", help="the claims' smoke.yaml sizes: seconds, for tests")
     p.add_argument("--recipes", type=Path, default=RECIPES, help="folder of the claims' recipes")
@@ -39,7 +43,7 @@ def main(argv: list[str]) -> list[dict]:
         return []
     require_matplotlib()
     settings = Settings(out=ns.out, seeds=ns.seeds, budget=ns.budget, smoke=ns.smoke, jobs=ns.jobs,
-                        recipes=ns.recipes)
+                        recipes=ns.recipes, scale=ns.scale)
     if ns.claim == "all":
         return run_all([cls(settings) for cls in CLAIMS.values()], bars=not ns.no_bars)
     return [run_claim(CLAIMS[ns.claim](settings), bars=not ns.no_bars)]

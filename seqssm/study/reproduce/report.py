@@ -1,5 +1,8 @@
-"""A claim's report: results.json, report.md (the table of mean ± standard error over seeds with the wall time per
-arm, the paper's numbers beside ours, one verdict line per comparison) and the claim's figures."""
+"""A claim's report: results.json, report.md and the claim's figures. For each of the claim's two budgets: the table of
+mean ± standard error over seeds with the wall time per arm and the paper's numbers beside ours, every seed's value,
+and one line per declared comparison (its role, the difference with its 95% interval, the p-value, the verdict);
+above them the source's metric and baseline, the preconditions of the stand-in, the seeds with their power and the
+full-scale plan with its estimated H100 time."""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from seqssm.errors import MissingExtraError
+
 from .claim import Claim, Comparison, Measurements, Run
-from .stats import Difference, mean, standard_error, verdict
+from .stats import ALPHA, holm, judge, mean, standard_error, welch_test
 
 REPORT, RESULTS = "report.md", "results.json"
 
@@ -55,12 +60,30 @@ class Timing:
 
 
 def require_matplotlib() -> None:
-    """Raise SystemExit with the install command unless matplotlib can be imported (the figures need it)."""
+    """Raise MissingExtraError (one line and exit 2 from the CLI) with the install command unless matplotlib can be
+    imported (the figures need it)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("seqssm reproduce draws its figures with matplotlib, which is not installed: "
-                         "pip install 'seqssm[plot]'") from None
+        raise MissingExtraError("seqssm reproduce draws its figures with matplotlib, which is not installed: "
+                                "pip install 'seqssm[plot]'") from None
+
+
+# the H100's throughput over one CPU thread's on these small models: an assumption, not a measurement (no GPU was
+# at hand): the fp32 peak ratio, ~67 TFLOP/s over the ~50 GFLOP/s a 512x512 matmul reaches on one thread of the
+# 2-core machine the miniatures were timed on, times 0.2 for small kernels' lower utilisation on a GPU
+H100_OVER_CPU_THREAD = 250
+
+
+@dataclass
+class Part:
+    """One budget's runs of a claim: the claim at that budget, its runs, their records, failures and timing."""
+
+    claim: Claim
+    runs: list[Run]
+    records: dict[str, dict]
+    errors: dict[str, str]
+    timing: Timing
 
 
 def fmt(values: list[float], spec: str) -> str:
@@ -71,41 +94,92 @@ def fmt(values: list[float], spec: str) -> str:
     return f"{m:{spec}}" if math.isnan(se) else f"{m:{spec}} ± {se:{spec}}"
 
 
-def compare(c: Comparison, values: dict[str, dict[str, list[float]]]) -> dict:
-    """One comparison's numbers and verdict ("no data" when an arm has no values for the metric)."""
-    a, b = values.get(c.a, {}).get(c.metric, []), values.get(c.b, {}).get(c.metric, [])
-    out = {"metric": c.metric, "a": c.a, "b": c.b, "relation": c.relation, "margin": c.margin, "paper": c.paper}
-    if not a or not b:
-        return {**out, "verdict": "no data"}
-    d = Difference.of(a, b)
-    return {**out, "a_mean": d.a_mean, "b_mean": d.b_mean, "diff": d.diff, "se": d.se, "n": [len(a), len(b)],
-            "verdict": verdict(c.relation, d, c.margin)}
+def compare(comparisons: tuple[Comparison, ...], values: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """Every declared comparison tested on the seed values: the numbers and the verdict ("no data" when an arm has no
+    values for the metric). The primary one is judged at ALPHA, the other counted ones at ALPHA after Holm's
+    correction, sanity checks at ALPHA without counting; speed ratios without a source ratio are "reported"."""
+    rows = []
+    for c in comparisons:
+        a, b = values.get(c.a, {}).get(c.metric, []), values.get(c.b, {}).get(c.metric, [])
+        row = {"metric": c.metric, "a": c.a, "b": c.b, "relation": c.relation, "margin": c.margin, "role": c.role,
+               "counted": c.counted, "paper": c.paper, "why": c.why, "a_values": a, "b_values": b}
+        if a and b:
+            o = welch_test(c.relation, a, b, c.margin)
+            # a time ratio is tested on log times: its means are the geometric means
+            back = math.exp if c.relation == "faster" else float
+            row.update(a_mean=back(o.welch.a_mean), b_mean=back(o.welch.b_mean), estimate=o.estimate,
+                       interval=list(o.interval), p=o.p, p_against=o.p_against, df=o.welch.df, n=[len(a), len(b)])
+        rows.append(row)
+    family = [r for r in rows if r["counted"] and r["role"] != "primary" and "p" in r]
+    for r, p, q in zip(family, holm([r["p"] for r in family]), holm([r["p_against"] for r in family])):
+        r["p_holm"], r["p_against_holm"] = p, q
+    for r in rows:
+        if "p" not in r:
+            r["verdict"] = "no data"
+        elif r["role"] == "speed" and not r["counted"]:
+            r["verdict"] = "reported"
+        else:
+            r["verdict"] = judge(r.get("p_holm", r["p"]), r.get("p_against_holm", r["p_against"]), ALPHA)
+    return rows
 
 
-SYMBOL = {"greater": ">", "less": "<", "not_greater": "not better than", "close": "close to"}
+SYMBOL = {"greater": ">", "less": "<", "not_greater": "not better than", "equivalent": "equivalent to",
+          "faster": "faster than"}
+
+
+def pvalue(p: float) -> str:
+    """A p-value as the report prints it."""
+    return "n/a (one seed)" if p is None or math.isnan(p) else "< 0.0001" if p < 1e-4 else f"{p:.4f}"
+
+
+def seeds_text(values: list[float], spec: str) -> str:
+    return ", ".join(f"{v:{spec}}" for v in values)
 
 
 def verdict_line(c: dict, claim: Claim) -> str:
-    """"- **agrees**: A > B on metric: ours ... Paper: ..." for one comparison."""
+    """"- **agrees** (primary): A > B on metric: means, seeds, difference [95% CI], p. Paper: ..." for one
+    comparison."""
     spec = next((m.fmt for m in claim.metrics if m.name == c["metric"]), ".3f")
     label = next((m.label for m in claim.metrics if m.name == c["metric"]), c["metric"])
-    margin = f" (margin {c['margin']:{spec}})" if c["relation"] in ("close", "not_greater") and c["margin"] else ""
-    head = f"- **{c['verdict']}**: {c['a']} {SYMBOL[c['relation']]} {c['b']}{margin} on {label}"
+    role = {"primary": "primary", "secondary": "Holm-corrected", "sanity": "sanity check, not counted",
+            "speed": "speed" if c["counted"] else "speed, not judged: the source states no ratio"}[c["role"]]
+    margin = f" (margin {c['margin']:{spec}})" if c["relation"] in ("equivalent", "not_greater") else ""
+    if c["relation"] == "faster" and c["counted"]:
+        margin = f" by over {c['margin']:g}x"
+    head = f"- **{c['verdict']}** ({role}): {c['a']} {SYMBOL[c['relation']]} {c['b']}{margin} on {label}"
+    paper = f" Paper: {c['paper']}" + (f" Why it holds by construction: {c['why']}" if c["why"] else "")
     if c["verdict"] == "no data":
-        return f"{head}: no finished runs to compare. Paper: {c['paper']}"
-    se = "n/a (one seed)" if math.isnan(c["se"]) else f"{c['se']:{spec}}"
-    return (f"{head}: ours {c['a_mean']:{spec}} vs {c['b_mean']:{spec}}, difference {c['diff']:+{spec}} "
-            f"(standard error {se}). Paper: {c['paper']}")
+        return f"{head}: no finished runs to compare.{paper}"
+    means = (f"{c['a_mean']:{spec}} vs {c['b_mean']:{spec}} (seeds {seeds_text(c['a_values'], spec)} | "
+             f"{seeds_text(c['b_values'], spec)})")
+    lo, hi = c["interval"]
+    if c["relation"] == "faster":
+        effect = f"time ratio {c['b']} / {c['a']} {c['estimate']:.2f}x, 95% CI [{lo:.2f}, {hi:.2f}]"
+    else:
+        effect = f"difference {c['estimate']:+{spec}}, 95% CI [{lo:+{spec}}, {hi:+{spec}}]"
+    test = "TOST" if c["relation"] == "equivalent" else "one-sided Welch"
+    p = f"{test} p = {pvalue(c['p'])}"
+    if "p_holm" in c:
+        p += f" (Holm {pvalue(c['p_holm'])})"
+    if c["verdict"] == "disagrees":
+        p += f"; against the claim p = {pvalue(c.get('p_against_holm', c['p_against']))}"
+    if c["verdict"] == "reported":
+        p = "no test"
+    return f"{head}: {means}; {effect}; {p}.{paper}"
 
 
-def overall(verdicts: list[str]) -> str:
-    """The claim's verdict: disagrees if any comparison disagrees, agrees if all agree, else inconclusive."""
-    counted = [v for v in verdicts if v != "no data"]
-    if not counted:
-        return "no data"
-    if "disagrees" in counted:
-        return "disagrees"
-    return "agrees" if all(v == "agrees" for v in counted) else "inconclusive"
+def overall(comparisons: list[dict], preconditions: list[tuple[str, bool]]) -> str:
+    """The claim's verdict: "precondition failed" if its stand-in lacks a property the claim needs, else the
+    primary comparison's verdict."""
+    if not all(holds for _, holds in preconditions):
+        return "precondition failed"
+    return next(c["verdict"] for c in comparisons if c["role"] == "primary")
+
+
+def counts(comparisons: list[dict]) -> dict[str, int]:
+    """How many counted comparisons besides the primary one agree / disagree / are inconclusive."""
+    return {v: sum(c["counted"] and c["role"] != "primary" and c["verdict"] == v for c in comparisons)
+            for v in ("agrees", "disagrees", "inconclusive")}
 
 
 def wall_times(runs: list[Run], records: dict[str, dict]) -> dict[str, list[float]]:
@@ -134,24 +208,82 @@ def table(claim: Claim, m: Measurements, walls: dict[str, list[float]]) -> list[
     return lines
 
 
-def markdown(claim: Claim, summary: dict, timing: Timing, figures: list[Path], m: Measurements, walls: dict) -> str:
-    """The claim's report.md."""
-    s = summary["settings"]
-    budget = "smoke sizes (smoke.yaml)" if s["smoke"] else f"{s['budget']:g} x the recipes' steps"
-    lines = [f"## {claim.title}", "", f"Source: {claim.source}.", "", f"Claim: {claim.claim}", "",
-             f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), {s['jobs']} runs side by "
-             f"side; {timing.phrase()} on {s['cpus']} CPUs, load average "
+def seed_table(claim: Claim, m: Measurements) -> list[str]:
+    """Every seed's value per arm and metric (seed 0 first)."""
+    lines = ["| arm | metric | per seed |", "|---|---|---|"]
+    for arm in claim.arms:
+        for metric in claim.metrics:
+            values = m.values.get(arm, {}).get(metric.name)
+            if values:
+                lines.append(f"| {arm} | {metric.label} | {seeds_text(values, metric.fmt)} |")
+    return lines
+
+
+def pooled_sd(c: dict) -> float:
+    """The seed-to-seed standard deviation of a comparison's two arms, pooled (nan with a single seed)."""
+    a, b = c["a_values"], c["b_values"]
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    va = sum((v - mean(a)) ** 2 for v in a)
+    vb = sum((v - mean(b)) ** 2 for v in b)
+    return math.sqrt((va + vb) / (len(a) + len(b) - 2))
+
+
+def full_scale_estimate(claim: Claim) -> tuple[float, int]:
+    """(the expected hours of the full-scale runs on one H100, how many runs): every full-scale run's units times
+    the miniature's measured seconds per unit, the FLOP ratio per unit and the H100's throughput over one CPU
+    thread (H100_OVER_CPU_THREAD)."""
+    from dataclasses import replace
+
+    full = claim.declaration.full
+    runs = type(claim)(replace(claim.settings, scale="full", smoke=False, seeds=None)).runs()
+    seconds = sum(r.units for r in runs) * float(full["s_per_unit_here"]) * float(full["flop_ratio"])
+    return seconds / H100_OVER_CPU_THREAD / 3600, len(runs)
+
+
+def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
+    """The lines on the source's metric, the seeds and their power, the budgets and the full-scale plan."""
+    d, s = claim.declaration, claim.settings
+    n = len(claim.seeds())
+    primary = next(c for c in comparisons if c["role"] == "primary")
+    measured = pooled_sd(primary) if primary["verdict"] != "no data" else math.nan
+    at_measured = "" if math.isnan(measured) else (f"; at the seed-to-seed sd measured here ({measured:.3g}) it is "
+                                                    f"{d.power(n, measured):.2f}")
+    hours, count = full_scale_estimate(claim)
+    full = d.full
+    return [f"Source's metric and baseline: {d.metric}", "",
+            f"Seeds: {n} per arm. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
+            f"source's effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why}); with the {n} seeds run, "
+            f"{d.power(n):.2f}{at_measured}.", "",
+            f"Budgets, fixed before running: {d.budgets[0]:g}x and {d.budgets[1]:g}x the recipes' steps"
+            f"{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budgets)'}: {d.budgets_why}",
+            "", f"Full scale: `seqssm reproduce {claim.name} --scale full` ({full['settings']}; {count} runs, "
+            f"{full['seeds']} seeds): about {hours:.1f} h on one H100, estimated from "
+            f"{float(full['s_per_unit_here']):.3g} s per {full['unit']} measured here, a FLOP ratio of "
+            f"{float(full['flop_ratio']):g} per {full['unit']} ({full['flop_why']}) and an assumed {H100_OVER_CPU_THREAD}x H100 throughput over one CPU thread.", ""]
+
+
+def part_lines(part: Part, summary: dict, m: Measurements, walls: dict, label: str) -> list[str]:
+    """One budget's section: setting, table, per-seed values, notes and the comparisons."""
+    claim, s = part.claim, summary["settings"]
+    budget = "smoke sizes (smoke.yaml)" if s["smoke"] else ("the source's settings (full.yaml)" if s["scale"] == "full"
+                                                            else f"{claim.factor:g} x the recipes' steps")
+    lines = [f"### {label}", "", f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), "
+             f"{s['jobs']} runs side by side; {part.timing.phrase()} on {s['cpus']} CPUs, load average "
              f"{s['load_start']:.1f} at the start and {s['load_end']:.1f} at the end.", ""]
-    lines += [f"- {note}" for note in summary["prepare_notes"]]
-    lines += ["", "Mean ± standard error over seeds:", "", *table(claim, m, walls), ""]
+    lines += ["Mean ± standard error over seeds:", "", *table(claim, m, walls), "", "Every seed:", "",
+              *seed_table(claim, m), ""]
     lines += [f"- {note}" for note in m.notes]
-    lines += ["", f"**Verdict: {summary['verdict']}** (difference against two standard errors):", ""]
-    lines += [verdict_line(c, claim) for c in summary["comparisons"]]
+    lines += [f"- Precondition {'holds' if holds else 'FAILS'}: {text}" for text, holds in m.preconditions]
+    c = summary["counts"]
+    lines += ["", f"**Verdict: {summary['verdict']}** (the primary comparison, one-sided tests at {ALPHA:g}; the "
+              f"other counted comparisons Holm-corrected: {c['agrees']} agree, {c['disagrees']} disagree, "
+              f"{c['inconclusive']} inconclusive):", ""]
+    lines += [verdict_line(row, claim) for row in summary["comparisons"]]
     if summary["failed"]:
         lines += ["", "Runs that failed (their seeds are missing above):", ""]
         lines += [f"- `{key}`: {error.strip().splitlines()[-1]}" for key, error in summary["failed"].items()]
-    lines += [""] + [f"![{p.stem}]({p.name})" for p in figures]
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def plain(value):
@@ -167,29 +299,55 @@ def plain(value):
     return value
 
 
-def write_report(claim: Claim, runs: list[Run], records: dict[str, dict], errors: dict[str, str],
-                 prepare_notes: list[str], timing: Timing) -> dict:
-    """Measure the finished runs, judge the comparisons, write results.json, the figures and report.md -> summary."""
-    require_matplotlib()
-    m = claim.measure(records)
-    walls = wall_times(runs, records)
-    comparisons = [compare(c, m.values) for c in claim.comparisons]
-    s = claim.settings
-    summary = {
-        "claim": claim.name, "title": claim.title, "source": claim.source, "paper_claim": claim.claim,
-        "settings": {"seeds": s.seeds, "budget": s.budget, "smoke": s.smoke, "jobs": s.jobs, "cpus": os.cpu_count(),
-                     "load_start": timing.load_start, "load_end": timing.load_end},
+def budget_summary(part: Part, m: Measurements) -> dict:
+    """One budget's results: settings, timing, every seed's values, the comparisons and the verdict."""
+    claim, s, timing = part.claim, part.claim.settings, part.timing
+    comparisons = compare(claim.comparisons, m.values)
+    return {
+        "factor": claim.factor, "folder": str(part.claim.folder),
+        "settings": {"seeds": len(claim.seeds()), "budget": claim.factor, "smoke": s.smoke, "scale": s.scale,
+                     "jobs": s.jobs, "cpus": os.cpu_count(), "load_start": timing.load_start,
+                     "load_end": timing.load_end},
         "elapsed_s": round(timing.elapsed_s, 1), "reused_runs": timing.reused,
-        "timing_from_earlier_call": timing.earlier, "prepare_notes": prepare_notes,
+        "timing_from_earlier_call": timing.earlier,
         "arms": {arm: {name: {"values": v, "mean": mean(v), "se": standard_error(v)} for name, v in metrics.items()}
                  for arm, metrics in m.values.items()},
-        "wall_s": walls, "paper": claim.paper_values, "notes": m.notes, "comparisons": comparisons,
-        "verdict": overall([c["verdict"] for c in comparisons]), "failed": errors,
-        "runs": {key: {"arm": r["arm"], "seed": r["seed"], "wall_s": r["wall_s"]} for key, r in records.items()},
+        "wall_s": wall_times(part.runs, part.records), "notes": m.notes,
+        "preconditions": [{"check": text, "holds": holds} for text, holds in m.preconditions],
+        "comparisons": comparisons, "verdict": overall(comparisons, m.preconditions), "counts": counts(comparisons),
+        "failed": part.errors,
+        "runs": {key: {"arm": r["arm"], "seed": r["seed"], "wall_s": r["wall_s"]} for key, r in part.records.items()},
     }
-    figures = claim.plot(m, claim.folder) if m.values else []
-    (claim.folder / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
-    (claim.folder / REPORT).write_text(markdown(claim, summary, timing, figures, m, walls))
+
+
+def write_report(claim: Claim, parts: list[Part], prepare_notes: list[str]) -> dict:
+    """Measure each budget's finished runs, judge the comparisons, write each budget folder's results.json, the
+    figures (of the first budget) and the claim's results.json and report.md -> the claim's summary."""
+    require_matplotlib()
+    budgets, sections, figures = [], [], []
+    for i, part in enumerate(parts):
+        m = part.claim.measure(part.records)
+        summary = budget_summary(part, m)
+        (part.claim.folder / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
+        if i == 0 and m.values:
+            figures = part.claim.plot(m, claim.root)
+        label = ("At the budget" if i == 0 else "At twice the budget") if len(parts) > 1 else "Results"
+        sections += ["", *part_lines(part, summary, m, summary["wall_s"], f"{label} ({part.claim.folder.name})")]
+        budgets.append(summary)
+    main = budgets[0]
+    summary = {"claim": claim.name, "title": claim.title, "source": claim.source, "paper_claim": claim.claim,
+               "metric": claim.declaration.metric, "paper": claim.paper_values, "prepare_notes": prepare_notes,
+               "verdict": main["verdict"], "verdicts": [b["verdict"] for b in budgets], "counts": main["counts"],
+               "elapsed_s": sum(b["elapsed_s"] for b in budgets),
+               "reused_runs": sum(b["reused_runs"] for b in budgets), "budgets": budgets}
+    lines = [f"## {claim.title}", "", f"Source: {claim.source}.", "", f"Claim: {claim.claim}", "",
+             *plan(claim, main["comparisons"])]
+    lines += [f"- {note}" for note in prepare_notes]
+    if len(budgets) > 1:
+        lines += ["", f"Verdict at the budget: **{budgets[0]['verdict']}**; at twice it: **{budgets[1]['verdict']}**."]
+    lines += sections + [""] + [f"![{p.stem}]({p.name})" for p in figures]
+    (claim.root / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
+    (claim.root / REPORT).write_text("\n".join(lines).rstrip() + "\n")
     return summary
 
 
@@ -199,15 +357,17 @@ def reuse_mark(summary: dict) -> str:
 
 
 def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
-    """<out>/report.md: one line per claim (verdict, comparisons, minutes), then every claim's report with its
-    figure links pointing into the claim's folder."""
+    """<out>/report.md: one line per claim (verdict at its budget and at twice it, the counted comparisons,
+    minutes), then every claim's report with its figure links pointing into the claim's folder."""
     out = claims[0].settings.out
-    lines = ["# Reproductions", "", "| claim | source | verdict | agrees / disagrees / inconclusive | minutes |",
-             "|---|---|---|---|---:|"]
+    lines = ["# Reproductions", "", "| claim | source | verdict (primary) | at twice the budget | other comparisons: "
+             "agree / disagree / inconclusive | minutes |", "|---|---|---|---|---|---:|"]
     for claim, s in zip(claims, summaries):
-        counts = [sum(c["verdict"] == v for c in s["comparisons"]) for v in ("agrees", "disagrees", "inconclusive")]
-        lines.append(f"| [{claim.name}]({claim.name}/{REPORT}) | {claim.source} | {s['verdict']} | "
-                     f"{' / '.join(map(str, counts))} | {s['elapsed_s'] / 60:.1f}{reuse_mark(s)} |")
+        twice = s["verdicts"][1] if len(s["verdicts"]) > 1 else "–"
+        c = s["counts"]
+        lines.append(f"| [{claim.name}]({claim.name}/{REPORT}) | {claim.source} | {s['verdict']} | {twice} | "
+                     f"{c['agrees']} / {c['disagrees']} / {c['inconclusive']} | {s['elapsed_s'] / 60:.1f}"
+                     f"{reuse_mark(s)} |")
     total = sum(s["elapsed_s"] for s in summaries) / 60
     lines += ["", f"{total:.0f} minutes in all: the sum of the claims' minutes, each from the call that ran its runs.",
               ""]
@@ -215,7 +375,7 @@ def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
         lines += ["\\* runs reused from an earlier call: those minutes cover only the call that ran the rest "
                   "(the claim's report says how many).", ""]
     for claim in claims:
-        text = (claim.folder / REPORT).read_text()
+        text = (claim.root / REPORT).read_text()
         lines.append(text.replace("](", f"]({claim.name}/").replace(f"]({claim.name}/http", "](http"))
     path = out / REPORT
     path.write_text("\n".join(lines))

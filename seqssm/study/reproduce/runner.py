@@ -1,8 +1,9 @@
 """The shared runner: every run of a claim in dependency order, `jobs` at a time, finished ones skipped, one
 progress bar per arm; then the claim's measurements and its report.
 
-Layout under <out>/<claim>/: <run key>/result.json per run (its config, the worker's result and wall time),
-results.json, report.md and the figures. A run whose result.json holds the same config is done and is not
+Layout under <out>/<claim>/: per budget a folder (budget-1x/, budget-2x/; smoke/ or full/) with <run key>/result.json
+per run (its config, the worker's result and wall time) and that budget's results.json; the claim's results.json,
+report.md and the figures. A run whose result.json holds the same config is done and is not
 run again; one made with another config is an error naming what differs (use another --out, or delete it).
 A run that fails is reported with its error; the runs that need it are skipped, the others go on.
 """
@@ -26,7 +27,7 @@ from seqssm.study.species import differences
 
 from . import work
 from .claim import Claim, Run
-from .report import Timing, write_index, write_report
+from .report import Part, Timing, write_index, write_report
 
 RESULT = "result.json"
 POLL_S = 0.5
@@ -198,16 +199,25 @@ def _drain(progress_queue, progress: Progress) -> None:
 
 
 def run_claim(claim: Claim, log: Callable[[str], None] = print, bars: bool = True) -> dict:
-    """Prepare, run (skipping finished runs) and report one claim -> its summary (also <out>/<claim>/results.json)."""
-    claim.folder.mkdir(parents=True, exist_ok=True)
+    """Prepare, run (skipping finished runs) at each of the claim's budgets and report -> its summary (also
+    <out>/<claim>/results.json)."""
+    claim.root.mkdir(parents=True, exist_ok=True)
     log(f"[reproduce] {claim.name}: {claim.title}")
     notes = claim.prepare()
-    runs = claim.runs()
-    start, load_start = time.perf_counter(), os.getloadavg()[0]
-    records, errors, reused = execute(runs, claim.folder, claim.settings.jobs, log, bars)
-    timing = Timing(time.perf_counter() - start, load_start, os.getloadavg()[0], reused, len(runs))
-    summary = write_report(claim, runs, records, errors, notes, timing.or_earlier(claim.folder, records))
-    log(f"[reproduce] {claim.name}: {summary['verdict']} -> {claim.folder / 'report.md'}")
+    parts = []
+    for factor, folder in claim.budgets():
+        at = claim.at_budget(factor, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        # seed by seed, the arms in turn: the runs side by side are of different arms, so that their step times
+        # (the speed ratios) are taken under the same load
+        runs = sorted(at.runs(), key=lambda r: r.seed)
+        start, load_start = time.perf_counter(), os.getloadavg()[0]
+        records, errors, reused = execute(runs, folder, claim.settings.jobs, log, bars)
+        timing = Timing(time.perf_counter() - start, load_start, os.getloadavg()[0], reused, len(runs))
+        parts.append(Part(at, runs, records, errors, timing.or_earlier(folder, records)))
+    summary = write_report(claim, parts, notes)
+    verdicts = " / ".join(summary["verdicts"])
+    log(f"[reproduce] {claim.name}: {verdicts} -> {claim.root / 'report.md'}")
     return summary
 
 
