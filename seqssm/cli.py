@@ -12,7 +12,7 @@
     seqssm study species --preset cpu-small --out runs/species-small      # the study of Ulbaek 2024 thesis, 16
     seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml               # a recurrent PPO agent on POPGym
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 96
-    seqssm reproduce all --seeds 3 --out runs/reproduce                   # the papers' comparisons, with verdicts
+    seqssm reproduce all --out runs/reproduce                             # the papers' comparisons, with verdicts
 
 `fit | validate | test | predict` are LightningCLI's (`seqssm.tasks.lightning_cli`). The model's input and output
 sizes (`vocab_size`, `d_input`, `n_classes`) and the `mask_token_id` come from the DataModule. Each run of `fit` is
