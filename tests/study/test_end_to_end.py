@@ -64,6 +64,7 @@ def test_list_names_every_claim(capsys):
     for name in ("repeat-previous", "memory-corridor", "best-arm", "memory-length", "rope", "bidirectional",
                  "species-pretraining"):
         assert name in out
+    assert out.count("seeds (power ") == 7 and out.count("--scale full: about ") == 7
 
 
 def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_path, capsys):

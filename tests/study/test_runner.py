@@ -118,6 +118,17 @@ def test_runs_in_dependency_order_at_both_budgets_and_reports(tmp_path, calls):
     assert json.loads(result.read_text())["result"] == {"score": 1.2}
 
 
+def test_full_scale_estimate_scales_the_model_share_only(tmp_path):
+    recipes = tmp_path / "recipes"
+    (recipes / "fake").mkdir(parents=True)
+    (recipes / "fake" / "claim.yaml").write_text(DECLARATION.replace("flop_ratio: 10", "flop_ratio: 10, "
+                                                                     "env_s_per_unit: 0.25"))
+    claim = FakeClaim(Settings(out=tmp_path, recipes=recipes))
+    hours, runs = report.full_scale_estimate(claim)
+    # 2 seeds x 3 runs x 10 steps, each 0.25 s of environment + (0.5 - 0.25) s x 10 FLOPs / 250
+    assert runs == 6 and hours == pytest.approx(60 * (0.25 + 0.25 * 10 / report.H100_OVER_CPU_THREAD) / 3600)
+
+
 def test_a_failed_precondition_fails_the_claim(tmp_path, calls, monkeypatch):
     monkeypatch.setattr(FakeClaim, "precondition", False)
     _, summary = run(tmp_path)

@@ -1,12 +1,15 @@
-"""`seqssm reproduce`: the source papers' headline comparisons in miniature, several seeds each, with a report
-(mean ± standard error, wall time, the paper's numbers beside ours, a verdict per comparison) and figures.
+"""`seqssm reproduce`: the source papers' headline comparisons in miniature, at two budgets and the seeds each claim
+declares, with a report (every seed's value, the differences with 95% intervals and p-values, a verdict per declared
+comparison, the preconditions of the stand-in, the full-scale plan) and figures.
 
     seqssm reproduce list
-    seqssm reproduce repeat-previous --seeds 3 --out runs/reproduce
-    seqssm reproduce all --seeds 3 --out runs/reproduce
+    seqssm reproduce repeat-previous --out runs/reproduce
+    seqssm reproduce all --out runs/reproduce
+    seqssm reproduce memory-length --scale full      # the source's settings, on a GPU
 
-One module per family of claims (rl_claims, lra_claims, species_claim), one shared runner (runner.py) and
-report writer (report.py); the sizes and budgets are in recipes/reproduce/<claim>/.
+One module per family of claims (rl_claims, lra_claims, species_claim), one statistics module (stats.py), one shared
+runner (runner.py) and report writer (report.py); the sizes, budgets and comparisons are in
+recipes/reproduce/<claim>/ (claim.yaml declares what is compared).
 """
 
 from seqssm.errors import ReproduceError

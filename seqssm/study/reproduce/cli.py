@@ -38,8 +38,15 @@ def main(argv: list[str]) -> list[dict]:
 
     ns = parser().parse_args(argv)
     if ns.claim == "list":
+        from .report import full_scale_estimate
+
         for name, cls in CLAIMS.items():
-            print(f"{name:18s} {cls.title} ({cls.source})")
+            claim = cls(Settings(out=ns.out, recipes=ns.recipes))
+            d = claim.declaration
+            hours, _ = full_scale_estimate(claim)
+            print(f"{name:20s} {cls.title} ({cls.source})\n{'':20s} {d.seeds} seeds (power {d.power():.2f} at the "
+                  f"source's effect), budgets {d.budgets[0]:g}x and {d.budgets[1]:g}x; --scale full: about "
+                  f"{hours:.1f} h on one H100")
         return []
     require_matplotlib()
     settings = Settings(out=ns.out, seeds=ns.seeds, budget=ns.budget, smoke=ns.smoke, jobs=ns.jobs,

@@ -231,14 +231,16 @@ def pooled_sd(c: dict) -> float:
 
 def full_scale_estimate(claim: Claim) -> tuple[float, int]:
     """(the expected hours of the full-scale runs on one H100, how many runs): every full-scale run's units times
-    the miniature's measured seconds per unit, the FLOP ratio per unit and the H100's throughput over one CPU
-    thread (H100_OVER_CPU_THREAD)."""
+    the miniature's measured seconds per unit, of which the model's part (all but `env_s_per_unit`, the environment
+    stepping on the CPU) grows by the FLOP ratio and shrinks by the H100's throughput over one CPU thread
+    (H100_OVER_CPU_THREAD)."""
     from dataclasses import replace
 
     full = claim.declaration.full
     runs = type(claim)(replace(claim.settings, scale="full", smoke=False, seeds=None)).runs()
-    seconds = sum(r.units for r in runs) * float(full["s_per_unit_here"]) * float(full["flop_ratio"])
-    return seconds / H100_OVER_CPU_THREAD / 3600, len(runs)
+    env = float(full.get("env_s_per_unit", 0.0))
+    model = (float(full["s_per_unit_here"]) - env) * float(full["flop_ratio"]) / H100_OVER_CPU_THREAD
+    return sum(r.units for r in runs) * (env + model) / 3600, len(runs)
 
 
 def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
@@ -260,7 +262,10 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
             "", f"Full scale: `seqssm reproduce {claim.name} --scale full` ({full['settings']}; {count} runs, "
             f"{full['seeds']} seeds): about {hours:.1f} h on one H100, estimated from "
             f"{float(full['s_per_unit_here']):.3g} s per {full['unit']} measured here, a FLOP ratio of "
-            f"{float(full['flop_ratio']):g} per {full['unit']} ({full['flop_why']}) and an assumed {H100_OVER_CPU_THREAD}x H100 throughput over one CPU thread.", ""]
+            f"{float(full['flop_ratio']):g} per {full['unit']} ({full['flop_why']}) and an assumed "
+            f"{H100_OVER_CPU_THREAD}x H100 throughput over one CPU thread"
+            + (f"; {float(full['env_s_per_unit']):.3g} s per {full['unit']} of it is the environment's, not sped up"
+               if full.get("env_s_per_unit") else "") + ".", ""]
 
 
 def part_lines(part: Part, summary: dict, m: Measurements, walls: dict, label: str) -> list[str]:
