@@ -11,6 +11,7 @@ import torch
 from seqssm.study.reproduce import CLAIMS, Settings
 from seqssm.study.reproduce.rl_claims import corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
+from seqssm.study.reproduce.stats import seeds_for_power
 
 
 def runs_of(name, smoke=False, **kw):
@@ -81,7 +82,8 @@ def test_every_claim_declares_two_budgets_seeds_with_power_and_a_full_scale_plan
     effect and spread; the two budgets are the folders the runner fills; --scale full runs the full-scale plan."""
     claim = CLAIMS[name](Settings(out=Path("/out")))
     d = claim.declaration
-    assert d.power() >= 0.8 and (d.seeds == 3 or d.power(d.seeds - 1) < 0.8 or d.seeds == 4)
+    primary = d.primary
+    assert d.seeds == max(3, seeds_for_power(primary.relation, d.effect, d.sd, primary.margin)) and d.power() >= 0.8
     assert [f for f, _ in claim.budgets()] == [1.0, 2.0] and d.budgets_why
     assert [p.name for _, p in claim.budgets()] == ["budget-1x", "budget-2x"]
     full = CLAIMS[name](Settings(out=Path("/out"), scale="full"))
