@@ -175,10 +175,6 @@ class InputDtypeError(SeqssmError, TypeError):
     """A tensor of a dtype that is not taken here; the message names the dtypes taken and the cast that fixes it."""
 
 
-class NonFiniteInputError(SeqssmError, ValueError):
-    """An input holds NaN or inf where one bad step would spoil every output; the message names the first one."""
-
-
 # -- models, training, studies --------------------------------------------------------------------------------------
 class SurgeryError(SeqssmError, ValueError):
     """A model cannot take the F1 / F1R1 surgery; the message names what differs."""
