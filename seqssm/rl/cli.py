@@ -19,6 +19,7 @@ SEQSSM_DEBUG=1 shows the traceback).
 from __future__ import annotations
 
 import json
+import math
 import typing
 from dataclasses import fields
 from typing import Any, Literal
@@ -34,7 +35,7 @@ from seqssm.rl.checkpoint import load_checkpoint
 from seqssm.rl.config import EvalConfig, FinalEvalConfig, RunConfig, algorithm_spec, check_value
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import EnvConfig, make_vector_env
-from seqssm.rl.runner import set_threads, train
+from seqssm.rl.runner import check_demands, environments_demand, set_threads, train
 
 SECTIONS = ("env", "agent", *ALGORITHMS, "eval", "final_eval")
 RUN_OPTIONS = {  # the plain options of a run: RunConfig's fields that are no section -> help
@@ -131,6 +132,12 @@ def eval_parser() -> ArgumentParser:
     return parser
 
 
+def largest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of n that is at most `at_most` (>= 1), from the pairs d, n / d with d <= sqrt(n)."""
+    pairs = ((d, n // d) for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    return max(q for pair in pairs for q in pair if q <= at_most)
+
+
 def eval_main(argv: list[str]) -> dict:
     """`seqssm rl-eval CKPT ARGS` -> episode statistics, printed as JSON."""
     cfg = eval_parser().parse_args(argv)
@@ -146,7 +153,9 @@ def eval_main(argv: list[str]) -> dict:
         raise ConfigError(f"--eval_set = {cfg.eval_set!r} is not an evaluation set of this run; its sets: "
                           f"{', '.join(sets) or 'none'}")
     # as many environments as possible that split the episodes evenly: each plays the same number of them
-    num_envs = max(d for d in range(1, min(cfg.num_envs, cfg.episodes) + 1) if cfg.episodes % d == 0)
+    num_envs = largest_divisor(cfg.episodes, at_most=cfg.num_envs)
+    check_demands("rl-eval", {torch.device("cpu"): [
+        environments_demand(config.env, num_envs, f"{num_envs} environments (--num_envs, --episodes)")]})
     envs = make_vector_env(config.env, num_envs, sets.get(cfg.eval_set))
     stats = run_episodes(agent, envs, cfg.episodes, cfg.deterministic, seed=cfg.seed)
     envs.close()

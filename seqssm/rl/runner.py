@@ -137,23 +137,42 @@ def env_bytes(env_config) -> int:
     return max(size, 0)
 
 
-def check_memory(config: RunConfig, agent, obs_space: spaces.Space, action_space: spaces.Space) -> None:
-    """ConfigError when what the run holds cannot fit in the memory free: the algorithm's buffers (`buffer_bytes`:
-    rollouts or replay, one core state per environment) on the agent's device, the num_envs environments on the
-    CPU. Called before those environments are made, so an impossible --ppo.num_envs is refused at once."""
-    device = next(agent.parameters()).device
-    per_state = state_bytes(agent.initial_state(1, device=torch.device("meta")))
-    buffers, how = config.algo.buffer_bytes(spaces.flatdim(obs_space), action_space, per_state)
-    per_env, num_envs = env_bytes(config.env), config.algo.num_envs
-    demands = {device: [(buffers, how)]}
-    demands.setdefault(torch.device("cpu"), []).append(
-        (num_envs * per_env, f"{num_envs} environments x {per_env} B each, measured"))
+def environments_demand(env_config, count: int, what: str) -> tuple[int, str]:
+    """(bytes, how they add up) of `count` environments of `env_config` (`what` says where the count comes from)."""
+    per_env = env_bytes(env_config)
+    return count * per_env, f"{what} x {per_env} B each, measured"
+
+
+def check_demands(who: str, demands: dict[torch.device, list[tuple[int, str]]]) -> None:
+    """ConfigError naming `who`, the total and its parts when the (bytes, how) parts on a device exceed the memory
+    free there."""
     for where, parts in demands.items():
         need, free = sum(size for size, _ in parts), available_memory(where)
         if need > free:
-            raise ConfigError(f"the {config.algorithm} run would need about {need / 2**30:.1f} GiB on {where.type} "
+            raise ConfigError(f"{who} would need about {need / 2**30:.1f} GiB on {where.type} "
                               f"({' + '.join(text for _, text in parts)}), more than the {free / 2**30:.1f} GiB "
                               "free there: lower those settings")
+
+
+def check_memory(config: RunConfig, agent, obs_space: spaces.Space, action_space: spaces.Space) -> None:
+    """ConfigError when what the run holds cannot fit in the memory free: the algorithm's buffers (`buffer_bytes`:
+    rollouts or replay, one core state per environment) on the agent's device, the environments (training and
+    evaluation side by side, or the final evaluation's) on the CPU. Called before those environments are made, so
+    an impossible --ppo.num_envs is refused at once."""
+    device = next(agent.parameters()).device
+    per_state = state_bytes(agent.initial_state(1, device=torch.device("meta")))
+    buffers, how = config.algo.buffer_bytes(spaces.flatdim(obs_space), action_space, per_state)
+    num_envs, sets = config.algo.num_envs, config.env.eval_sets
+    evaluating = min(config.eval.num_envs, config.eval.episodes) if sets and config.eval.every is not None else 0
+    final = min(config.eval.num_envs, config.final_eval.episodes) if sets else 0
+    what = (f"--{config.algorithm}.num_envs {num_envs} + {evaluating} evaluating environments" if evaluating else
+            f"--{config.algorithm}.num_envs {num_envs} environments")
+    if final > num_envs + evaluating:
+        what = f"{final} environments of the final evaluation (--eval.num_envs, --final_eval.episodes)"
+    demands = {device: [(buffers, how)]}
+    demands.setdefault(torch.device("cpu"), []).append(
+        environments_demand(config.env, max(num_envs + evaluating, final), what))
+    check_demands(f"the {config.algorithm} run", demands)
 
 
 def build(config: RunConfig):

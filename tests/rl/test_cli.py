@@ -4,6 +4,7 @@ line naming the option (exit code 2), nothing written before everything is valid
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -101,17 +102,25 @@ def tiny_config(recipe: str, *args: str) -> RunConfig:
     parser = rl_parser(algorithm)
     init = parser.instantiate(parser.parse_args(["--config", recipe, *args]))
     return RunConfig(algorithm=algorithm, env=init.env, agent=init.agent, algo=init[algorithm], eval=init.eval,
-                     device="cpu")
+                     final_eval=init.final_eval, device="cpu")
 
 
-@pytest.mark.parametrize("recipe, args, per_env", [
+@pytest.mark.parametrize("recipe, args, per_env, environments", [
     # PPO on RepeatFirstEasy: 4 envs x 64 steps of obs (4 + one-hot previous action 4 + reward + start flag = 10
     # floats), a Discrete action (8 B), a done flag and 5 floats; plus 2 core states per env (added below)
-    ("recipes/rl/repeat_first_easy/s5.yaml", TINY_PPO, 4 * (64 * (4 * 10 + 8 + 1 + 20))),
-    # SAC: min(buffer_size, total_steps) transitions of obs, one-hot action and reward (float32)
-    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000"], None),
+    ("recipes/rl/repeat_first_easy/s5.yaml", TINY_PPO, 4 * (64 * (4 * 10 + 8 + 1 + 20)),
+     (4, "--ppo.num_envs 4 environments")),
+    # SAC: min(buffer_size, total_steps) transitions of obs, one-hot action and reward (float32); it evaluates
+    # min(--eval.num_envs 3, 100 episodes) environments beside its 8 training ones
+    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "3"], None,
+     (11, "--sac.num_envs 8 + 3 evaluating environments")),
+    # the final evaluation runs alone, after training: 20 of its environments are more than 8 + 3
+    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "20",
+                                             "--eval.episodes", "3", "--final_eval.episodes", "40"], None,
+     (20, "20 environments of the final evaluation (--eval.num_envs, --final_eval.episodes)")),
 ])
-def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeypatch, recipe, args, per_env):
+def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeypatch, recipe, args, per_env,
+                                                                          environments):
     config = tiny_config(recipe, *args)
     probe = runner.make_env(config.env)
     obs_dim, actions = runner.spaces.flatdim(probe.observation_space), probe.action_space
@@ -125,20 +134,16 @@ def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeyp
         assert need == 1000 * 4 * (obs_dim + runner.spaces.flatdim(actions) + 1) + config.algo.num_envs * state
     per_env = runner.env_bytes(config.env)
     assert 100 < per_env < 10**6
-    need += config.algo.num_envs * per_env
+    count, what = environments
+    need += count * per_env
     monkeypatch.setattr(runner, "env_bytes", lambda env: per_env)
     monkeypatch.setattr(runner, "available_memory", lambda device: need - 1)
     with pytest.raises(runner.ConfigError, match=rf"the {config.algorithm} run would need about 0\.0 GiB on cpu \(.*"
-                                                 rf" \+ {config.algo.num_envs} environments x {per_env} B each, "
+                                                 rf" \+ {re.escape(what)} x {per_env} B each, "
                                                  r"measured\), more than the 0\.0 GiB free there"):
         build(config)
     monkeypatch.setattr(runner, "available_memory", lambda device: need)
     build(config).envs.close()
-
-
-def test_available_memory_reads_the_machine():
-    free = runner.available_memory(torch.device("cpu"))
-    assert 0 < free < 2**50
 
 
 @pytest.fixture
@@ -146,6 +151,23 @@ def restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def test_rl_eval_refuses_more_environments_than_fit(monkeypatch, capsys, tmp_path, restore_threads):
+    out = tmp_path / "run"
+    main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--ppo.total_steps", "256",
+          "--out_dir", str(out)])
+    monkeypatch.setattr(runner, "available_memory", lambda device: 10**6)
+    # Before: finding the divisor of 10^8 episodes looped 10^8 times, then 10^8 environments were built
+    code, err = run_cli(["rl-eval", str(out / "last.pt"), "--episodes", "100000000", "--num_envs", "100000000"],
+                        capsys)
+    assert code == 2 and "rl-eval would need about " in err and "(100000000 environments (--num_envs, --episodes) x" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_available_memory_reads_the_machine():
+    free = runner.available_memory(torch.device("cpu"))
+    assert 0 < free < 2**50
 
 
 def test_rl_runs_on_one_cpu_thread_unless_threads_says_otherwise(restore_threads):
