@@ -35,7 +35,8 @@ class CausalTransformer(SequenceLayer):
 
     def __init__(self, d_model: int, n_layers: int = 1, n_heads: int = 1, d_ff: int = 128, context: int = 64):
         super().__init__()
-        check_sizes("CausalTransformer", d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, context=context)
+        check_sizes("CausalTransformer", d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
+                    context=context)
         if d_model % n_heads:
             raise ConfigError(f"CausalTransformer: d_model = {d_model} must split into n_heads = {n_heads} equal heads")
         self.d_model, self.n_heads, self.context = d_model, n_heads, context
