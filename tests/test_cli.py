@@ -128,7 +128,7 @@ def bad_inputs(workdir):
     (workdir / "garbage-model" / "config.json").write_text("{not json")
     for claim_or_study in ("rope", "species"):
         (workdir / "garbage-recipes" / claim_or_study).mkdir(parents=True)
-    for name in ("rope/data.yaml", "rope/smoke.yaml", "finetune.yaml"):
+    for name in ("rope/claim.yaml", "rope/data.yaml", "rope/smoke.yaml", "finetune.yaml"):
         (workdir / "garbage-recipes" / name).write_text("a: [1\n")
     torch.save({"state_dict": {}, "x": Payload()}, workdir / "unsafe.ckpt")
     torch.save({"format": "seqssm-rl", "version": 2, "config": {"algorithm": "dqn"}, "state_dict": {}},
@@ -169,9 +169,9 @@ CASES = [  # (command line, words of the one error line)
     (["rl-eval", "garbage.ckpt"], "garbage.ckpt: unreadable"),
     (["rl-eval", "dqn.pt"], "an agent of the algorithm 'dqn', which this seqssm cannot play; it plays ppo, sac"),
     (["rl-eval", "garbage.ckpt", "--episods", "3"], "unknown option '--episods'; did you mean '--episodes'?"),
-    (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "nothere"], "recipe nothere/rope/data.yaml not found"),
+    (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "nothere"], "nothere/rope/claim.yaml not found"),
     (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "garbage-recipes"],
-     "garbage-recipes/rope/data.yaml: not valid YAML"),
+     "garbage-recipes/rope/claim.yaml: not valid YAML"),
     (["reproduce", "rope", "--out", "rp", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["fit", "--config", "nothere.yaml"], "nothere.yaml not found (given as --config)"),
     (["fit", "--config", "garbage.yaml"], "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2"),
