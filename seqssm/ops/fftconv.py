@@ -31,9 +31,10 @@ def fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None = None) ->
     if u.numel() == 0:
         return u.new_zeros(u.shape, dtype=dtype)
     u = u.to(dtype)
-    # One sum tells whether u may hold a non-finite value (a finite sum that overflows only costs the slower path);
-    # compiled graphs take that path always rather than break on the data-dependent branch.
-    if torch.compiler.is_compiling() or not torch.isfinite(u.sum()):
+    # On the CPU one sum tells whether u may hold a non-finite value (a finite sum that overflows only costs the
+    # slower path). Compiled graphs and accelerators take that path always: branching on the sum would break the
+    # graph, or wait for the device once per call, while the masking costs only elementwise passes there.
+    if torch.compiler.is_compiling() or u.device.type != "cpu" or not torch.isfinite(u.sum()):
         return _causal_in_non_finite(u, k.to(dtype), None if D is None else D.to(dtype))
     return _fft_conv(u, k.to(dtype), D if D is None else D.to(dtype))
 
