@@ -59,14 +59,20 @@ def test_old_import_locations_name_the_same_classes():
     from seqssm.data.errors import DownloadError
     from seqssm.models.interop import PretrainedFormatError
     from seqssm.ops.checks import InputShapeError
-    from seqssm.rl import CheckpointError, ConfigError
     from seqssm.tasks import ConfigError as TaskConfigError
     from seqssm.tasks import TrainingInterrupted
 
     assert DataFormatError is errors.DataFormatError and DownloadError is errors.DownloadError
     assert PretrainedFormatError is errors.PretrainedFormatError and InputShapeError is errors.InputShapeError
-    assert ConfigError is TaskConfigError is errors.ConfigError and CheckpointError is errors.CheckpointError
+    assert TaskConfigError is errors.ConfigError
     assert TrainingInterrupted is errors.TrainingInterrupted and not issubclass(TrainingInterrupted, errors.SeqssmError)
+
+
+def test_old_import_locations_of_the_rl_errors_name_the_same_classes():
+    pytest.importorskip("gymnasium", reason="seqssm.rl needs the rl extra: pip install 'seqssm[rl]'")
+    from seqssm.rl import CheckpointError, ConfigError
+
+    assert ConfigError is errors.ConfigError and CheckpointError is errors.CheckpointError
 
 
 def test_wrong_shapes_name_the_expected_and_the_given_shape():

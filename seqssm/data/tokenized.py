@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqssm.errors import DataFormatError
+from seqssm.errors import DataFormatError, MissingExtraError
 
 from .io import read_text
 from .lra.imdb import IMDBDataModule
@@ -26,12 +26,15 @@ class PretrainedTokenizer:
     """The `tokenizers.Tokenizer` saved in a model folder, with the `encode(text, max_length)` data modules use."""
 
     def __init__(self, folder: str | Path):
-        from tokenizers import Tokenizer
-
         self.path = Path(folder) / TOKENIZER_FILE
         if not self.path.is_file():
             raise DataFormatError(f"{Path(folder)}: no {TOKENIZER_FILE}; copy the model's tokenizer into the folder "
                                   "(`seqssm convert` copies it along)")
+        try:
+            from tokenizers import Tokenizer
+        except ModuleNotFoundError:
+            raise MissingExtraError(f"{self.path}: reading it needs the text extra (tokenizers is missing): "
+                                    "pip install 'seqssm[text]'") from None
         try:
             self.tokenizer = Tokenizer.from_file(str(self.path))
         except Exception as e:  # the Rust library raises a bare Exception for every kind of bad file

@@ -137,7 +137,7 @@ def test_pathfinder_with_every_image_unreadable(tmp_path):
     for png in (root / "imgs").rglob("*.png"):
         png.write_bytes(b"")
     with pytest.raises(DataFormatError, match=r"no readable images \(all 4 listed in metadata/ failed, e\.g\. .*"
-                                              r"sample_0\.png: cannot decode PNG"):
+                                              r"sample_0\.png: (cannot decode PNG|not a PNG file)"):
         PathfinderDataModule(data_dir=tmp_path).setup()
 
 

@@ -1,10 +1,12 @@
 """seqssm.data.tokenized: a pretrained folder's tokenizer.json and vocab_size, read without seqssm.models."""
 
 import json
+import sys
 
 import pytest
 
 from seqssm.data import DataFormatError
+from seqssm.errors import MissingExtraError
 from seqssm.data.tokenized import PretrainedTokenizer, pretrained_vocab_size
 
 
@@ -30,3 +32,10 @@ def test_folders_without_a_vocabulary_are_refused(tmp_path):
     with pytest.raises(DataFormatError, match="no tokenizer.json"):
         PretrainedTokenizer(tmp_path)
 
+
+def test_without_tokenizers_the_error_names_the_extra(tmp_path, monkeypatch):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # what an environment without the package imports
+    with pytest.raises(MissingExtraError, match=r"tokenizer.json: reading it needs the text extra \(tokenizers is "
+                                                r"missing\): pip install 'seqssm\[text\]'"):
+        PretrainedTokenizer(tmp_path)

@@ -181,6 +181,7 @@ def test_a_cache_laid_out_by_hand_reads_offline(tmp_path, monkeypatch):
 
 
 def test_commands_init_from_and_core_init_from_take_ids(hub, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("gymnasium", reason="an agent's core needs the rl extra: pip install 'seqssm[rl]'")
     from seqssm.cli import main
     from seqssm.models.loading import read_weights
     from seqssm.rl.core import load_core

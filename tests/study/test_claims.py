@@ -9,9 +9,15 @@ import pytest
 import torch
 
 from seqssm.study.reproduce import CLAIMS, Settings
-from seqssm.study.reproduce.rl_claims import corridors_opened
+from seqssm.study.reproduce.rl_claims import RL_CLAIMS, corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
 from seqssm.study.reproduce.stats import seeds_for_power
+
+
+def needs_rl_extra(name=None):
+    """Skip (naming the extra) a check of an RL claim, or of the RL machinery when no name is given, without it."""
+    if name is None or name in {c.name for c in RL_CLAIMS}:
+        pytest.importorskip("gymnasium", reason="RL claims need the rl extra: pip install 'seqssm[rl]'")
 
 
 def runs_of(name, smoke=False, **kw):
@@ -33,6 +39,7 @@ def keep_torch_threads():
 @pytest.mark.parametrize("scale", ["mini", "smoke", "full"])
 @pytest.mark.parametrize("name", sorted(CLAIMS))
 def test_every_run_of_every_claim_is_a_valid_config(name, scale, monkeypatch, tmp_path):
+    needs_rl_extra(name)
     runs = runs_of(name, smoke=scale == "smoke", scale="full" if scale == "full" else "mini")
     assert {r.arm for r in runs} >= set(CLAIMS[name].arms) - {"pre"}
     assert len({r.key for r in runs}) == len(runs)
@@ -100,6 +107,7 @@ def parameters(module):
 
 @pytest.mark.parametrize("name", ["repeat-previous", "memory-length"])
 def test_s5_is_parameter_matched_to_the_gru(name):
+    needs_rl_extra()
     from seqssm.rl.config import RunConfig
     from seqssm.rl.core import build_core
 
@@ -149,6 +157,7 @@ def test_corridors_opened_inverts_the_memory_corridor_reward(episode_return, ope
 
 
 def test_corridors_opened_matches_the_environment():
+    needs_rl_extra()
     from seqssm.rl.envs import MemoryCorridor
 
     env = MemoryCorridor(num_doors=3, length=6)

@@ -170,6 +170,7 @@ class Crash(L.Callback):
 
 
 def test_tiny_study_through_the_cli_then_resumes_without_rerunning_finished_arms(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib", reason="the study's plot needs the plot extra: pip install 'seqssm[plot]'")
     monkeypatch.setitem(PRESETS, "tiny", TINY)
     out = tmp_path / "study"
     args = ["study", "species", "--preset", "tiny", "--out", str(out), "--arms", "regular", "f1"]
