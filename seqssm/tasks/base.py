@@ -176,7 +176,8 @@ class SequenceTask(L.LightningModule):
         skip = frozenset(f"head.{k}" for k in self.head.state_dict()) if self.hparams.reinit_head else frozenset()
         state, provenance = read_weights(path)
         report = load_weights(self.model, state, strict=self.hparams.init_strict, skip=skip, source=f"init_from={path}")
-        log.info("init_from %s:\n%s", path, report)
+        if report.clean:  # a partial load was already shown as a warning by `load_weights`
+            log.info("init_from %s:\n%s", path, report)
         self.model.provenance = provenance_record("init_from", init_from=(path, provenance))
         return report
 
