@@ -102,6 +102,8 @@ class BlockConfig:
             raise TypeError(f"{type(self).__name__}.ssp must be an SSPConfig, got {type(self.ssp).__name__}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) or not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be a number > 0, got {self.norm_eps!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """{"kind": ..., every field, "ssp": {...}}: plain JSON-able values."""

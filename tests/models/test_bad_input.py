@@ -124,6 +124,7 @@ BAD_CONFIGS = [  # (config.json changes, words of the error: the file, the key, 
     ({"extra": 1}, r"config\.json: unknown key 'extra'; a seqssm config\.json holds \['format', 'format_version'"),
     ({"model.d_modle": 8}, r"config\.json: 'model': unknown model config entries \['d_modle'\]"),
     ({"model.block.expand": "x"}, r"config\.json: 'model': MambaBlockConfig: expand must be an integer >= 1, got 'x'"),
+    ({"model.block.norm_eps": "x"}, r"config\.json: 'model': norm_eps must be a number > 0, got 'x'"),
 ]
 
 
