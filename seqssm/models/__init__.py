@@ -2,9 +2,9 @@
 
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.registry import (
-    BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, THESIS_TABLE6_VOCAB_SIZE, VARIANTS, build, model_config, parse_name
+    BASE_NAMES, THESIS_TABLE3, THESIS_TABLE6, THESIS_TABLE6_VOCAB_SIZE, VARIANTS, model_config, parse_name
 )
-from seqssm.models.sequence_model import SequenceModel, sample_next
+from seqssm.models.sequence_model import SequenceModel, build, sample_next
 
 __all__ = [
     "BASE_NAMES",

@@ -5,7 +5,8 @@ MambaForCausalLM loads: `seqssm.models.formats`) and a model card README.md with
 refuses a non-empty `dir` unless `overwrite=True`; even then it refuses a folder holding files that no model
 folder holds (a user's notes, say: they are named, nothing is touched). Everything is written into a staging
 folder beside `dir`, which takes its place only once complete (a failure leaves `dir` as it was, and no old model
-file stays beside the new). Loading is `seqssm.models.loading`. Nothing here unpickles anything.
+file stays beside the new). Loading is `seqssm.models.reading` (`seqssm.models.loading` binds it to SequenceModel).
+Nothing here unpickles anything.
 
 A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the operation), which
 the seqssm format keeps in config.json.

@@ -1,4 +1,6 @@
-"""Named models of the Ulbaek 2024 thesis: `build("mamba-s6-bi", vocab_size=256, n_classes=2)`.
+"""Named models of the Ulbaek 2024 thesis: `model_config("mamba-s6-bi", vocab_size=256, n_classes=2)`, the config
+that `seqssm.models.build` builds the SequenceModel of. Configs only, so that reading an old task checkpoint
+(`seqssm.models.reading`) can rebuild its config below SequenceModel.
 
 A name is <block>-<layer>[-variant ...]: a block of `seqssm.blocks.BLOCKS` around a layer of
 `seqssm.layers.LAYERS`. Ulbaek 2024's base names are simple-s4, simple-s4d, mamba-s4, mamba-s4d,
@@ -16,7 +18,6 @@ from seqssm.blocks.config import block_config
 from seqssm.blocks.stack import BLOCKS
 from seqssm.layers.registry import LAYERS
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.sequence_model import SequenceModel
 
 BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # Ulbaek 2024's models
 VARIANTS = ("bi", "placebo", "sm", "rope")
@@ -84,9 +85,3 @@ def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **
     )
     return config.replace(**overrides)
 
-
-def build(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModel:
-    """The named thesis model for a task: token ids (vocab_size) or numbers (d_input); n_classes for a classifier
-    (mean pooling unless pooling= says otherwise), none for a language model. overrides: any field of
-    SequenceModelConfig, or of its block and SSP by name (d_state=8, dropout=0.0, ...; see `model_config`)."""
-    return SequenceModel(model_config(name, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes, **overrides))

@@ -1,4 +1,8 @@
-"""SequenceModel: embedding -> block stack (+ final norm) -> pooling -> head (Ulbaek 2024 thesis, 4.2.3, 12.1)."""
+"""SequenceModel: embedding -> block stack (+ final norm) -> pooling -> head (Ulbaek 2024 thesis, 4.2.3, 12.1);
+`build(name, ...)`: the named thesis models (`seqssm.models.registry`).
+
+Saved models are read by `seqssm.models.reading`, which sits below this module and is handed the class to build.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from seqssm.layers import frozen_weights
 from seqssm.layers.base import check_lengths, check_steps, mask_outputs
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.hub import push_to_hub, save_pretrained
+from seqssm.models.reading import load_pretrained
+from seqssm.models.registry import model_config
 from seqssm.ops.checks import check_flags, check_floating
 
 
@@ -131,10 +137,8 @@ class SequenceModel(nn.Module):
                         cache_dir=None) -> "SequenceModel":
         """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder, a task checkpoint of `seqssm fit`,
         or a Hub id ("org/name": a local folder of that name wins; else fetched once at `revision` into the
-        Hugging Face cache, `cache_dir` when given, and read from there offline): `seqssm.models.loading`."""
-        from seqssm.models.loading import load_model
-
-        return load_model(path, cls, dtype=dtype, revision=revision, cache_dir=cache_dir)
+        Hugging Face cache, `cache_dir` when given, and read from there offline): `seqssm.models.reading`."""
+        return load_pretrained(path, cls, dtype=dtype, revision=revision, cache_dir=cache_dir)
 
     def save_pretrained(self, out_dir, format: str = "seqssm", overwrite: bool = False, card: dict | None = None):
         """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads, with a
@@ -309,3 +313,10 @@ class SequenceModel(nn.Module):
                 if i + 1 < max_new_tokens:
                     logits, state = self._step(nxt, state)  # ids it sampled itself: no range check
         return torch.cat(tokens, dim=1)
+
+
+def build(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModel:
+    """The named thesis model for a task: token ids (vocab_size) or numbers (d_input); n_classes for a classifier
+    (mean pooling unless pooling= says otherwise), none for a language model. overrides: any field of
+    SequenceModelConfig, or of its block and SSP by name (d_state=8, dropout=0.0, ...; see `model_config`)."""
+    return SequenceModel(model_config(name, vocab_size=vocab_size, d_input=d_input, n_classes=n_classes, **overrides))

@@ -42,6 +42,17 @@ def test_files_written_before_checkpoints_stored_the_model_config_load_to_the_sa
     torch.testing.assert_close(outputs(model, expected), expected[name], rtol=1e-6, atol=1e-6)
 
 
+
+@pytest.mark.parametrize("name", LEGACY_CHECKPOINTS)
+def test_from_pretrained_builds_its_own_class_from_a_legacy_checkpoint(name, expected):
+    # the reading path sits below SequenceModel and is handed the class; a legacy config comes from the registry
+    class Subclass(SequenceModel):
+        pass
+
+    model = Subclass.from_pretrained(LEGACY / name)
+    assert type(model) is Subclass
+    torch.testing.assert_close(outputs(model, expected), expected[name], rtol=1e-6, atol=1e-6)
+
 @pytest.mark.parametrize("name", LEGACY_CHECKPOINTS)
 def test_legacy_checkpoint_weights_are_the_stored_tensors(name):
     ckpt = torch.load(LEGACY / name, weights_only=True)

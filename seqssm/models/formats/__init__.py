@@ -5,7 +5,7 @@ Each adapter module has NAME and
     read_config(raw, path) -> SequenceModelConfig  its settings, each checked (errors name file and key)
     map_state_dict(own, config, tensors, origin, folder) -> state dict under SequenceModel keys, shapes checked
     check_writable(config); write(model, folder)   refuse before anything is written; write the files
-and may have provenance(raw) -> dict | None. The loading pipeline (`seqssm.models.loading`) and saving
+and may have provenance(raw) -> dict | None. The loading pipeline (`seqssm.models.reading`) and saving
 (`seqssm.models.hub`) use only these; the files themselves are read by `formats.files`.
 """
 
