@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .arguments import ArgumentParser, closest, resolve_device
-from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, disk_full_error, user_error_in
+from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
 
 
 class Command(NamedTuple):
@@ -90,13 +90,7 @@ def export(argv: list[str]) -> None:
     parser.add_argument("--private", action="store_true", help="create the Hub repository private")
     parser.add_argument("--revision", help="the Hub branch to upload to (default: main)")
     ns = parser.parse_args(argv)
-    try:
-        out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
-    except Exception as e:  # the writers' own messages of a full disk never say so (safetensors, torch)
-        full = disk_full_error(e, ns.out_dir)
-        if full is None:
-            raise
-        raise full from e
+    out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors, {out}/README.md")
     if ns.push_to_hub:
         print(f"uploaded {out} -> {push_to_hub(out, ns.push_to_hub, private=ns.private or None, revision=ns.revision)}")

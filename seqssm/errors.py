@@ -9,12 +9,14 @@ This module imports nothing from seqssm, so every part of the package may raise 
 
 from __future__ import annotations
 
-import operator
 import errno
+import operator
 import pickle
 import shutil
 import signal
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class SeqssmError(Exception):
@@ -115,6 +117,19 @@ def disk_full_error(error: BaseException, path: str | Path) -> DiskFullError | N
                          "files there before are kept. Free some space there, or write elsewhere.")
     full.errno = errno.ENOSPC
     return full
+
+
+@contextmanager
+def disk_full_reported(path: str | Path) -> Iterator[None]:
+    """Re-raise an out-of-space error of the block, which writes `path`, as `disk_full_error`'s one-line
+    DiskFullError; every other error passes unchanged."""
+    try:
+        yield
+    except BaseException as e:
+        full = disk_full_error(e, path)
+        if full is None:
+            raise
+        raise full from e
 
 
 class CheckpointError(SeqssmError, ValueError):

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from torch import nn
 
-from seqssm.errors import OutputExistsError, UploadError
+from seqssm.errors import OutputExistsError, UploadError, disk_full_reported
 from seqssm.models import formats
 from seqssm.models.formats.files import CARD_FILE, CONFIG_FILE, MODEL_FILE_PATTERNS
 from seqssm.models.formats.seqssm import FORMAT_VERSION, NAME as FORMAT
@@ -61,21 +61,23 @@ def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
 @contextmanager
 def staged_folder(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """An empty folder beside `out_dir` to write into; when the block ends without error it takes the place of
-    `out_dir` (whose old content goes only then), else it is removed and `out_dir` is left as it was."""
+    `out_dir` (whose old content goes only then), else it is removed and `out_dir` is left as it was. A full disk
+    is one line naming `out_dir` (`disk_full_reported`): the writers' own messages never say so."""
     out_dir = check_target(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        yield stage
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(stage, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(stage, out_dir)
+        with disk_full_reported(out_dir):
+            yield stage
+            if out_dir.exists():
+                old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+                os.replace(out_dir, old)
+                os.replace(stage, out_dir)
+                shutil.rmtree(old)
+            else:
+                os.replace(stage, out_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 

@@ -26,7 +26,7 @@ from fsspec.implementations.local import LocalFileSystem
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
-from seqssm.errors import RunFolderBusyError, disk_full_error
+from seqssm.errors import RunFolderBusyError, disk_full_reported
 from seqssm.models.safe_load import load_torch_file
 
 TEMPORARY_MARK = ".tmp-"
@@ -42,34 +42,30 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     any failure the old `path` is untouched and the temporary file removed."""
     path = Path(path)
     tmp = temporary_path(path)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        full = disk_full_error(e, path)
-        if full is not None:
-            raise full from e
-        raise
+    with disk_full_reported(path):
+        try:
+            write(tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def append_or_roll_back(path: str | Path, data: bytes) -> None:
     """Append `data` to `path` and flush it to disk; if that fails, cut the file back to its old length."""
     path = Path(path)
     size = path.stat().st_size
-    try:
-        with open(path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException as e:
-        os.truncate(path, size)
-        full = disk_full_error(e, path)
-        if full is not None:
-            raise full from e
-        raise
+    with disk_full_reported(path):
+        try:
+            with open(path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            os.truncate(path, size)
+            raise
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:

@@ -201,6 +201,11 @@ def test_a_full_disk_during_export_is_one_line_naming_the_folder_and_keeps_the_m
                           "IoError(Os { code: 28, kind: StorageFull")
     assert {p.name: p.read_bytes() for p in (workdir / "model").iterdir()} == before, "the previous export is kept"
     assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(".model")) == [], "no staging left"
+    # convert writes model folders the same way (`staged_folder`)
+    code, err = run(["convert", "model", "converted", "--to", "seqssm"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("seqssm convert: error: .: no space left on its device while writing converted (")
+    assert not (workdir / "converted").exists(), "nothing half-written"
 
 
 def test_fast_dev_run_trains_and_leaves_no_run_to_resume(workdir, capsys):
