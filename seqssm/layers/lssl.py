@@ -75,9 +75,10 @@ class LSSL(SequenceLayer):
             u, D = x.to(dtype), self.D.to(dtype)
             h0 = None if state is None else state.to(dtype)
             # With resets, the Toeplitz product would spread a non-finite input to every step of its sequence
-            # (0 x inf): then the recurrence below, which keeps the outputs before it finite.
-            toeplitz = batch * self.d_model * L * L <= TOEPLITZ_MAX_ELEMENTS and bool(torch.isfinite(u.sum()))
-            if mask is None and (resets is None or toeplitz):
+            # (0 x inf): such an input takes the recurrence below, which keeps the outputs before it finite. Without
+            # resets the FFT convolution is causal for it already, so no sum is taken there.
+            if mask is None and (resets is None or (batch * self.d_model * L * L <= TOEPLITZ_MAX_ELEMENTS
+                                                    and bool(torch.isfinite(u.sum())))):
                 y, h = self._convolution(dA, dB, C, D, u, h0, resets)
                 return y.to(x.dtype), h
             h = torch.zeros(batch, self.d_model, self.d_state, dtype=dtype, device=x.device) if h0 is None else h0
