@@ -19,7 +19,7 @@ from typing import Any
 from seqssm.errors import ReproduceError
 from seqssm.recipes import merge, read_recipe
 
-from .stats import check_margin, power
+from .stats import check_margin, power, seeds_for_power
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
 # per claim folder: an overlay whose `run:` section is merged into every run's config, its `prepare:` section
@@ -166,6 +166,13 @@ class Declaration:
         seed-to-seed sd `sd` (default: the declared one)."""
         p = self.primary
         return power(p.relation, self.effect, self.sd if sd is None else sd, n or self.seeds, p.margin)
+
+    def seeds_needed(self) -> int | None:
+        """The fewest seeds (at least 3) that give the primary comparison 80% power at the source's effect and the
+        declared sd; None if no count up to 64 does."""
+        p = self.primary
+        n = seeds_for_power(p.relation, self.effect, self.sd, p.margin)
+        return None if n is None else max(3, n)
 
 
 @dataclass

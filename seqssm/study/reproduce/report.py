@@ -253,10 +253,13 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
                                                     f"{d.power(n, measured):.2f}")
     hours, count = full_scale_estimate(claim)
     full = d.full
+    needed = d.seeds_needed()
+    short = "" if needed == d.seeds else (f" **80% power needs {needed} seeds**;" if needed else
+                                           " **no count up to 64 seeds reaches 80% power**;")
     return [f"Source's metric and baseline: {d.metric}", "",
             f"Seeds: {n} per arm. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
-            f"source's effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why}); with the {n} seeds run, "
-            f"{d.power(n):.2f}{at_measured}.", "",
+            f"source's effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} seeds "
+            f"run, {d.power(n):.2f}{at_measured}.", "",
             f"Budgets, fixed before running: {d.budgets[0]:g}x and {d.budgets[1]:g}x the recipes' steps"
             f"{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budgets)'}: {d.budgets_why}",
             "", f"Full scale: `seqssm reproduce {claim.name} --scale full` ({full['settings']}; {count} runs, "

@@ -128,15 +128,14 @@ def corridors_opened(episode_return: float) -> int:
 
 class MemoryCorridor(RLClaim):
     name = "memory-corridor"
-    title = "S5 / LSSL / minGRU vs GRU on the Memory Corridor"
+    title = "S5 / minGRU vs GRU on the Memory Corridor"
     source = f"{VAN_GELOOVEN}, 4.5, 5.2 (table 5.1) and 5.3 (figs. 5.5, 5.6)"
     claim = ("S5 memories outperform GRU memories on the Memory Corridor at every latent size tried (5.3, figs. 5.5 "
              "and 5.6; figures without numbers); across the popjaxrl environments minGRU also beats the GRU "
              "(normalised MMER S5 0.82, minGRU 0.71, GRU 0.53) in a fraction of its runtime (253 s, 214 s, 766 s; "
-             "table 5.1). LSSL was found unsuited to RL (its memory cost) and is not in van Gelooven 2025's RL "
-             "results: measured here without a claim. Success rate vs corridor length: the share of evaluation "
-             "episodes that open at least n corridors.")
-    arms = ("s5", "lssl", "mingru", "gru")
+             "table 5.1). Success rate vs corridor length: the share of evaluation episodes that open at least n "
+             "corridors.")
+    arms = ("s5", "mingru", "gru")
     recipes_of = {arm: f"{arm}.yaml" for arm in arms}
     metrics = (Metric("mmer", "best return (training MMER)", ".2f"), Metric("opened", "corridors opened (eval)", ".2f"),
                Metric("us_per_step", "µs per env step", ".0f"))
