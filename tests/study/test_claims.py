@@ -207,3 +207,25 @@ def test_species_prepare_indexes_every_genome_before_runs_read_them(tmp_path):
     for fasta in fastas:
         index = Path(f"{fasta}.fai")
         assert index.stat().st_size > 0 and index.stat().st_mtime >= fasta.stat().st_mtime
+
+
+@pytest.mark.parametrize("accuracies, learned", [
+    ([0.60, 0.55, 0.58], True),
+    ([0.60, 0.24, 0.58], False),  # one seed within 0.05 of chance (0.2)
+    ([0.21, 0.22, 0.21], False),  # above the 4-mer classifier, not above chance
+])
+def test_species_claim_needs_its_best_arm_above_the_kmer_classifier_and_chance(accuracies, learned):
+    claim = CLAIMS["species-pretraining"](Settings(out=Path("/nonexistent")))
+    claim.kmer_ppl, claim.kmer_acc = 3.9, 0.205
+    curve = [{"step": 10, "val_acc": 0.2}]
+    records = {}
+    for seed in claim.seeds():
+        for arm in ("regular", "bidirectional", "ntp", "mlm-bi", "f1"):
+            acc = accuracies[seed] if arm == "mlm-bi" else 0.2
+            records[f"{arm}/seed{seed}"] = {"result": {"final": acc, "median_step_s": 0.1, "curve": curve}}
+        records[f"pretrain-ntp/seed{seed}"] = {"result": {"final": 3.7, "metric": "val_ppl", "median_step_s": 0.1,
+                                                          "fit_s": 50.0}}
+    preconditions = dict(claim.measure(records).preconditions)
+    (text, ok), = [(t, ok) for t, ok in preconditions.items() if t.startswith("the arms learn")]
+    assert ok is learned and "mlm-bi" in text and "chance (0.20)" in text
+    assert all(ok for t, ok in preconditions.items() if t.startswith("NTP pretraining"))
