@@ -38,15 +38,13 @@ def plan(path: Path) -> None:
 
     from seqssm.study.reproduce import CLAIMS as ALL
     from seqssm.study.reproduce.claim import Settings
-    from seqssm.study.reproduce.report import H100_OVER_CPU_THREAD, full_scale_estimate
+    from seqssm.study.reproduce.report import full_scale_s_per_unit
 
     arms = []
     with tempfile.TemporaryDirectory() as out:
         for name in CLAIMS:
             claim = ALL[name](Settings(out=Path(out), scale="full"))
-            full = claim.declaration.full
-            estimate_s = float(full["s_per_unit_here"]) * float(full["flop_ratio"]) / H100_OVER_CPU_THREAD
-            hours, _ = full_scale_estimate(claim)
+            estimate_s = full_scale_s_per_unit(claim.declaration.full)
             vocab, classes, length = SHAPES[name]
             by_arm: dict[str, dict] = {}
             for run in claim.runs():
@@ -59,8 +57,11 @@ def plan(path: Path) -> None:
                     "claim": name, "arm": run.arm, "model": init["model"], "overrides": init.get("model_overrides", {}),
                     "task": task, "vocab_size": vocab, "n_classes": classes if task == "classification" else None,
                     "batch": run.config["data"]["init_args"]["batch_size"], "length": length, "steps": 0,
-                    "estimate_s_per_step": estimate_s, "claim_estimate_h": hours})
+                    "estimate_s_per_step": estimate_s})
                 spec["steps"] += run.units
+            hours = sum(spec["steps"] for spec in by_arm.values()) * estimate_s / 3600
+            for spec in by_arm.values():
+                spec["claim_estimate_h"] = hours
             arms += by_arm.values()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(arms, indent=1) + "\n")

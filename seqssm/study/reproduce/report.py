@@ -229,18 +229,21 @@ def pooled_sd(c: dict) -> float:
     return math.sqrt((va + vb) / (len(a) + len(b) - 2))
 
 
+def full_scale_s_per_unit(full: dict) -> float:
+    """The expected seconds per unit (training or environment step) on one H100 of a claim.yaml's `full_scale`
+    plan: the miniature's measured seconds per unit, of which the model's part (all but `env_s_per_unit`, the
+    environment stepping on the CPU) grows by the FLOP ratio and shrinks by H100_OVER_CPU_THREAD."""
+    env = float(full.get("env_s_per_unit", 0.0))
+    return env + (float(full["s_per_unit_here"]) - env) * float(full["flop_ratio"]) / H100_OVER_CPU_THREAD
+
+
 def full_scale_estimate(claim: Claim) -> tuple[float, int]:
     """(the expected hours of the full-scale runs on one H100, how many runs): every full-scale run's units times
-    the miniature's measured seconds per unit, of which the model's part (all but `env_s_per_unit`, the environment
-    stepping on the CPU) grows by the FLOP ratio and shrinks by the H100's throughput over one CPU thread
-    (H100_OVER_CPU_THREAD)."""
+    `full_scale_s_per_unit`."""
     from dataclasses import replace
 
-    full = claim.declaration.full
     runs = type(claim)(replace(claim.settings, scale="full", smoke=False, seeds=None)).runs()
-    env = float(full.get("env_s_per_unit", 0.0))
-    model = (float(full["s_per_unit_here"]) - env) * float(full["flop_ratio"]) / H100_OVER_CPU_THREAD
-    return sum(r.units for r in runs) * (env + model) / 3600, len(runs)
+    return sum(r.units for r in runs) * full_scale_s_per_unit(claim.declaration.full) / 3600, len(runs)
 
 
 def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
