@@ -19,6 +19,7 @@ from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.layers import frozen_weights
 from seqssm.layers.base import check_lengths, check_steps, mask_outputs
 from seqssm.models.config import SequenceModelConfig
+from seqssm.models.decoding import decode
 from seqssm.models.hub import push_to_hub, save_pretrained
 from seqssm.models.reading import load_pretrained
 from seqssm.models.registry import model_config
@@ -282,13 +283,15 @@ class SequenceModel(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        cuda_graph: bool = False,
     ) -> torch.Tensor:
         """Prompt ids (B, L) -> (B, L + max_new_tokens): the prompt is scanned once, then each new token
         costs one `step` on the fixed-size state. temperature 0 is greedy. Put the model in eval mode first.
 
         input_ids: integer ids in [0, vocab_size), shape (batch, L) with L >= 1 (a 1-D prompt is refused, not
         guessed to be batch 1: pass input_ids[None]); batch 0 gives (0, L + max_new_tokens). max_new_tokens >= 0,
-        temperature >= 0, top_k None or >= 1.
+        temperature >= 0, top_k None or >= 1. cuda_graph (a model on CUDA): record one decoding step as a CUDA
+        graph at each call and replay it per token (`seqssm.models.decoding`); the same tokens, less launch overhead.
         """
         if not self.is_lm:
             raise ValueError("generate needs a language model (vocab_size, no n_classes, pooling None)")
@@ -297,6 +300,11 @@ class SequenceModel(nn.Module):
         max_new_tokens = check_max_new_tokens(max_new_tokens)
         temperature, top_k = check_temperature(temperature), check_top_k(top_k)
         self._check_inputs(input_ids, "generate", "input_ids")
+        if not isinstance(cuda_graph, bool):
+            raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
+        if cuda_graph and input_ids.device.type != "cuda":
+            raise ValueError(f"cuda_graph=True replays CUDA graphs: it needs the model and input_ids on a CUDA device, "
+                             f"got input_ids on {input_ids.device}")
         batch, length = input_ids.shape
         if length == 0:
             raise InputShapeError(f"SequenceModel.generate: input_ids {tuple(input_ids.shape)} holds no prompt: give "
@@ -305,14 +313,10 @@ class SequenceModel(nn.Module):
             return input_ids.new_empty(0, length + max_new_tokens)
         # Only the last position's logits are needed: a (B, L, vocab) head output would cost L times more.
         h, state = self.backbone.scan(self.embed(input_ids))
-        logits, tokens = self._head(h[:, -1]), [input_ids]
         with frozen_weights():
-            for i in range(max_new_tokens):
-                nxt = sample_next(logits, temperature, top_k, generator)
-                tokens.append(nxt[:, None])
-                if i + 1 < max_new_tokens:
-                    logits, state = self._step(nxt, state)  # ids it sampled itself: no range check
-        return torch.cat(tokens, dim=1)
+            tokens = decode(self, self._head(h[:, -1]), state, max_new_tokens,
+                            lambda logits: sample_next(logits, temperature, top_k, generator), static=cuda_graph)
+        return torch.cat([input_ids, *tokens], dim=1)
 
 
 def build(name: str, *, vocab_size=None, d_input=None, n_classes=None, **overrides) -> SequenceModel:

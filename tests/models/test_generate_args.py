@@ -65,6 +65,14 @@ def test_edge_values_that_are_valid(lm):
     assert lm.generate(PROMPT, 3, temperature=2, top_k=VOCAB + 100).shape == (2, 6)  # top_k past the vocabulary: all
 
 
+def test_cuda_graph_needs_a_bool_and_a_cuda_model(lm):
+    with pytest.raises(TypeError, match=r"cuda_graph must be True or False, got 'yes'"):
+        lm.generate(PROMPT, 2, cuda_graph="yes")
+    with pytest.raises(ValueError, match=r"cuda_graph=True replays CUDA graphs: it needs the model and input_ids on a "
+                                         r"CUDA device, got input_ids on cpu"):
+        lm.generate(PROMPT, 2, cuda_graph=True)
+
+
 def test_sample_next_checks_its_arguments():
     logits = torch.randn(2, VOCAB)
     with pytest.raises(ValueError, match="temperature must be"):

@@ -1,0 +1,112 @@
+"""Token-by-token decoding of a causal SequenceModel, eagerly or replaying one CUDA graph per token.
+
+Decoding a small model is bound by launch overhead: every token runs each block's step (a few dozen small
+kernels per block) from Python. `StaticDecoder` runs the whole step (embedding, every block's step, final norm,
+head) on tensors that stay at one address, so that CUDA can record it once as a graph and replay that graph per
+token, the idea of mamba_ssm's CUDA-graph decoding (Gu, Dao, "Mamba: Linear-Time Sequence Modeling with Selective
+State Spaces", 2023, and its reference implementation). Sampling stays outside the graph, in `sample_next`, so a
+graph decode draws from the same generator in the same order as the eager one and gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _tensors(state) -> list[torch.Tensor]:
+    """The tensors of a (nested tuple / list) state, in order."""
+    if isinstance(state, (tuple, list)):
+        return [t for part in state for t in _tensors(part)]
+    return [state]
+
+
+def _clone(state):
+    """A copy of a nested state with every tensor cloned, structure kept."""
+    if isinstance(state, (tuple, list)):
+        return type(state)(_clone(part) for part in state)
+    return state.clone()
+
+
+class StaticDecoder:
+    """One decoding step of `model` on fixed tensors: `decoder(tokens)` takes ids (B,) and returns the logits (B,
+    vocab_size) of the next token, advancing its own copy of `state` (the model's state after some tokens) in place.
+
+    After `capture()` (the state on a CUDA device) each call replays one CUDA graph of the step. Without it the
+    same step runs eagerly: the code path the graph records, testable on any device. The logits returned are
+    overwritten by the next call. The state's dtypes must be the ones `model.step` returns (those of a state
+    after one step), so that writing the next state back into them changes no value.
+    """
+
+    def __init__(self, model, state):
+        self.model = model
+        self.state = _clone(state)
+        self._buffers = _tensors(self.state)
+        batch = self._buffers[0].shape[0]
+        self.tokens = torch.zeros(batch, dtype=torch.long, device=self._buffers[0].device)
+        self.logits: torch.Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def _run(self) -> torch.Tensor:
+        """The step on the buffers: logits of `tokens`, and the next state written over the old one."""
+        logits, state = self.model._step(self.tokens, self.state)
+        new = _tensors(state)
+        if len(new) != len(self._buffers) or any(
+                n.shape != b.shape or n.dtype != b.dtype for n, b in zip(new, self._buffers)):
+            raise RuntimeError(
+                "StaticDecoder: the model's step returned a state of other shapes or dtypes than it was given "
+                f"({[(tuple(t.shape), t.dtype) for t in new]} for {[(tuple(t.shape), t.dtype) for t in self._buffers]}); "
+                "give it a state that came out of one step")
+        for buffer, value in zip(self._buffers, new):
+            buffer.copy_(value)
+        return logits
+
+    def capture(self, warmups: int = 2) -> None:
+        """Record the step as a CUDA graph, after `warmups` eager runs on a side stream (they allocate workspaces and
+        fill the weight caches of `frozen_weights`, which a capture may not do); the state is restored afterwards."""
+        saved = _clone(self.state)
+        side = torch.cuda.Stream(device=self.tokens.device)
+        side.wait_stream(torch.cuda.current_stream(self.tokens.device))
+        with torch.cuda.stream(side):
+            for _ in range(warmups):
+                self._run()
+        torch.cuda.current_stream(self.tokens.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                logits = self._run()
+        except RuntimeError as err:
+            raise RuntimeError(f"cuda_graph=True: one decoding step of this model could not be captured as a CUDA "
+                               f"graph ({err}); generate without cuda_graph") from err
+        self.graph, self.logits = graph, logits
+        for buffer, value in zip(self._buffers, _tensors(saved)):
+            buffer.copy_(value)
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.tokens.copy_(tokens)
+        if self.graph is None:
+            self.logits = self._run()
+        else:
+            self.graph.replay()
+        return self.logits
+
+
+def decode(model, logits: torch.Tensor, state, max_new_tokens: int, sample, static: bool = False) -> list[torch.Tensor]:
+    """Tokens [(B, 1)] * max_new_tokens continuing a prompt whose last logits (B, vocab) and state are given: sample(
+    logits) picks each token, then one step gives the next logits. `static`: from the second step on, the steps run
+    in a `StaticDecoder`, replayed as a CUDA graph when the state is on CUDA (the first step runs eagerly, since a
+    prompt's state may be narrower than the state a step returns)."""
+    tokens, decoder = [], None
+    for i in range(max_new_tokens):
+        nxt = sample(logits)
+        tokens.append(nxt[:, None])
+        if i + 1 == max_new_tokens:
+            break
+        if static and i == 1:
+            decoder = StaticDecoder(model, state)
+            if decoder.tokens.is_cuda:
+                decoder.capture()
+        if decoder is None:
+            logits, state = model._step(nxt, state)  # ids it sampled itself: no range check
+        else:
+            logits = decoder(nxt)
+    return tokens

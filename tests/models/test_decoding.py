@@ -1,0 +1,100 @@
+"""seqssm.models.decoding: the fixed-buffer decoding step equals the eager one (on any device), and its CUDA graph
+replays give the tokens of eager decoding (on CUDA)."""
+
+import pytest
+import torch
+
+from seqssm.layers import frozen_weights
+from seqssm.models import build, sample_next
+from seqssm.models.decoding import StaticDecoder, _tensors, decode
+
+VOCAB = 13
+NAMES = ["mamba-s6", "simple-s4d", "mamba-s6-rope", "mamba-s4d-placebo"]
+
+
+def tiny(name, dtype=torch.float64, device="cpu"):
+    torch.manual_seed(0)
+    return build(name, vocab_size=VOCAB, d_model=8, n_layers=2, d_state=4, dropout=0.0).to(device, dtype).eval()
+
+
+def prefill(model, prompt):
+    """The prompt's last logits and state, as `generate` computes them."""
+    h, state = model.backbone.scan(model.embed(prompt))
+    return model._head(h[:, -1]), state
+
+
+@pytest.mark.parametrize("name", NAMES)
+@torch.no_grad()
+def test_static_steps_equal_eager_steps(name):
+    model = tiny(name)
+    prompt = torch.randint(0, VOCAB, (3, 5))
+    ids = torch.randint(0, VOCAB, (3, 6))
+    with frozen_weights():
+        logits, state = prefill(model, prompt)
+        logits, state = model._step(ids[:, 0], state)  # a state that came out of one step
+        decoder = StaticDecoder(model, state)
+        for t in range(1, ids.shape[1]):
+            logits, state = model._step(ids[:, t], state)
+            torch.testing.assert_close(decoder(ids[:, t]), logits, rtol=0, atol=0)
+        for mine, theirs in zip(_tensors(decoder.state), _tensors(state), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("temperature,top_k", [(0.0, None), (1.0, None), (0.8, 3)])
+@torch.no_grad()
+def test_static_decoding_gives_the_eager_tokens(name, temperature, top_k):
+    model = tiny(name)
+    prompt = torch.randint(0, VOCAB, (2, 4))
+    runs = {}
+    for static in (False, True):
+        generator = torch.Generator().manual_seed(5)
+        with frozen_weights():
+            logits, state = prefill(model, prompt)
+            runs[static] = torch.cat(decode(model, logits, state, 9,
+                                            lambda x: sample_next(x, temperature, top_k, generator), static=static), 1)
+    assert runs[True].shape == (2, 9)
+    assert torch.equal(runs[True], runs[False])
+    eager = model.generate(prompt, 9, temperature, top_k, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(eager[:, 4:], runs[False])
+
+
+@torch.no_grad()
+def test_a_state_of_other_dtypes_than_a_step_returns_is_refused():
+    """A prompt's state may be narrower or wider than what a step returns: writing the next state back into it would
+    round it, so the decoder refuses it (decode runs the first step eagerly for this reason)."""
+    model = tiny("mamba-s6", dtype=torch.float32)
+    logits, state = prefill(model, torch.randint(0, VOCAB, (2, 4)))
+    wide = tuple(tuple(t.double() for t in block) for block in state)
+    with pytest.raises(RuntimeError, match="returned a state of other shapes or dtypes"):
+        StaticDecoder(model, wide)(torch.zeros(2, dtype=torch.long))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("temperature,top_k", [(0.0, None), (1.0, 4)])
+@torch.no_grad()
+def test_cuda_graph_decoding_gives_the_eager_tokens(name, temperature, top_k):
+    model = tiny(name, dtype=torch.float32, device="cuda")
+    prompt = torch.randint(0, VOCAB, (3, 5), device="cuda")
+    out = {}
+    for graph in (False, True):
+        generator = torch.Generator("cuda").manual_seed(11)
+        out[graph] = model.generate(prompt, 12, temperature, top_k, generator=generator, cuda_graph=graph)
+    assert torch.equal(out[True], out[False])
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_a_captured_step_replays_the_eager_logits():
+    model = tiny("mamba-s6", dtype=torch.float32, device="cuda")
+    ids = torch.randint(0, VOCAB, (2, 8), device="cuda")
+    with frozen_weights():
+        logits, state = prefill(model, ids[:, :3])
+        logits, state = model._step(ids[:, 3], state)
+        decoder = StaticDecoder(model, state)
+        decoder.capture()
+        assert decoder.graph is not None
+        for t in range(4, 8):
+            logits, state = model._step(ids[:, t], state)
+            torch.testing.assert_close(decoder(ids[:, t]), logits, rtol=1e-6, atol=1e-6)
