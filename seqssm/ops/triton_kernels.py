@@ -205,12 +205,21 @@ def linear_scan_bwd(
 
 
 # -------------------------------------------------------------------------------- selective scan
-# u, delta (batch, dim, L) and B, C with any strides. A variable B is (batch, groups, N, L), an
-# invariant one (dim, N); strides of absent axes are 0. y, states, gradients: contiguous, in ACC.
-# Grid: batch x groups x channel blocks of BLOCK_D within a group of e = dim / groups channels,
-# flattened. A program's tiles are 2-D, (channels, time): the state index n is a loop inside each
-# chunk, so registers do not grow with N; what is carried per (channel, n) across chunks lives in the
-# kernel's (batch, dim, N) outputs ("slots"), each read and written by its own program only.
+# u, delta, z (batch, dim, L) and B, C with any strides (the launcher passes them time-contiguous). A
+# variable B is (batch, groups, N, L), an invariant one (dim, N); strides of absent axes are 0. y and the
+# gradients of u, delta, z are contiguous (batch, dim, L) in their tensors' dtypes; states and the other
+# gradients are in ACC. Grid: batch x groups x channel blocks of BLOCK_D within a group of e = dim / groups
+# channels, flattened.
+#
+# A program's tiles are 2-D, (channels, time), BLOCK_T steps long: up to 2048, so that one chunk covers a
+# whole training sequence. Triton lays such a tile out with 4-16 consecutive steps in each thread, so
+# `tl.associative_scan` runs those sequentially in registers and only the threads' totals go through
+# warp shuffles and one shared-memory exchange, as mamba_ssm's CUDA kernel does. The state index n is a
+# loop inside each chunk, so registers do not grow with N. What is carried per (channel, n) across
+# chunks lives in the kernel's (batch, dim, N) outputs ("slots"), each read and written by its own
+# program only; a single chunk with no initial state (HAS_CARRY false) reads none.
+
+LOG2E: tl.constexpr = 1.4426950408889634
 
 
 @triton.jit
@@ -226,6 +235,23 @@ def _program(dim, e, BLOCK_D: tl.constexpr):
     d0 = (rest % groups) * e + block * BLOCK_D
     return tl.cast(rest // groups, tl.int64), rest % groups, tl.cast(d0, tl.int64), d0 + offs_d, offs_d, \
         block * BLOCK_D + offs_d < e
+
+
+@triton.jit
+def _exp2(x, FAST: tl.constexpr):
+    # 2^x. Compiled float32 kernels take the special-function unit's approximation directly (denormals flush
+    # to zero, as under CUDA's --use_fast_math): tl.exp2 wraps it in a range fix-up of three more
+    # instructions, and the scans spend most of their time in exponentials.
+    if FAST:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp2(x)
+
+
+@triton.jit
+def _sigmoid(x, FAST: tl.constexpr):
+    return 1.0 / (1.0 + _exp2(-x * LOG2E, FAST))
 
 
 @triton.jit
@@ -255,28 +281,33 @@ def _bc_column(ptr, base, d, n, rows, s_d, s_n, s_t, mask_d, mask_t, VARIABLE: t
 @triton.jit
 def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, slots, rows, mask_d, mask_t,
                   s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr,
-                  ACC: tl.constexpr):
-    # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,); zeros past
-    # the last state. The forward loads them one state ahead, so that their latency hides behind the
-    # previous state's scans (the backward, short of registers, does not).
+                  HAS_SLOT: tl.constexpr, ACC: tl.constexpr):
+    # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,; zeros
+    # without HAS_SLOT); zeros past the last state. The forward loads them one state ahead, so that their
+    # latency hides behind the previous state's scan.
     mask_d = _and_below(mask_d, n, n_state)
     mask_t = _and_below(mask_t, n, n_state)
     A_n = tl.load(A_ptr + d * s_Ad + n * s_An, mask=mask_d, other=0.0).to(ACC)
     B_n = _bc_column(B_ptr, B_base, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d, mask_t, B_VARIABLE, ACC)
     C_n = _bc_column(C_ptr, C_base, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d, mask_t, C_VARIABLE, ACC)
-    slot = tl.load(slot_ptr + slots + n, mask=mask_d, other=0.0).to(ACC)
+    slot = tl.full([A_n.shape[0]], 0.0, ACC)
+    if HAS_SLOT:
+        slot = tl.load(slot_ptr + slots + n, mask=mask_d, other=0.0).to(ACC)
     return A_n, B_n, C_n, slot
 
 
 @triton.jit
-def _bc_grad(ptr, bc_off, slots, n, length, rows, mask_d, mask_t, terms, VARIABLE: tl.constexpr):
+def _bc_grad(ptr, bc_off, slots, n, length, rows, mask_d, mask_t, terms, VARIABLE: tl.constexpr,
+             READ_SLOTS: tl.constexpr):
     # The gradient of state n of B or C from its (BLOCK_D, BLOCK_T) terms. A variable one sums over the
-    # channels into (batch, groups, N, L) at bc_off (atomic: channel blocks add up); an invariant one sums
-    # over time and comes back added to its slot, which the caller stores after the barrier.
+    # channels into (batch, groups, N, L) at bc_off (atomic: channel blocks add up; relaxed, as nothing
+    # reads it before the kernel ends); an invariant one sums over time and comes back (added to its slot
+    # with READ_SLOTS), for the caller to store after the barrier.
     total = _sum(terms, axis=1)
     if VARIABLE:
-        tl.atomic_add(ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(terms, axis=0), mask=mask_t)
-    else:
+        tl.atomic_add(ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(terms, axis=0), mask=mask_t,
+                      sem="relaxed")
+    elif READ_SLOTS:
         total += tl.load(ptr + slots + n, mask=mask_d, other=0.0)
     return total
 
@@ -288,9 +319,9 @@ def _and_below(mask, n, n_state):
 
 
 @triton.jit
-def _decay(dt, A_n, reset, HAS_RESETS: tl.constexpr):
-    # exp(Δ A_n) on the tile, 0 where the state resets. Masked steps have Δ = 0: exp = 1.
-    dA = tl.exp(dt * A_n[:, None])
+def _decay(dt, A2_n, reset, HAS_RESETS: tl.constexpr, FAST: tl.constexpr):
+    # exp(Δ A_n) = 2^(Δ A_n log2 e) on the tile, 0 where the state resets. Masked steps have Δ = 0: exp = 1.
+    dA = _exp2(dt * A2_n[:, None], FAST)
     if HAS_RESETS:
         dA = tl.where(reset[None, :], 0.0, dA)
     return dA
@@ -313,144 +344,197 @@ def _chunk_inputs(u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, row
 
 
 @triton.jit
+def _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST: tl.constexpr, ACC: tl.constexpr):
+    # z and sigmoid(z) on the chunk's tile: the output is multiplied by silu(z) = z sigmoid(z).
+    z = tl.load(z_ptr + pid_b * s_zb + d0 * s_zd + t0 * s_zt + offs_d[:, None] * s_zd + rows[None, :] * s_zt,
+                mask=mask, other=0.0).to(ACC)
+    return z, _sigmoid(z, FAST)
+
+
+@triton.jit
+def _per_channel(ptr, d, mask_d, HAS: tl.constexpr, ACC: tl.constexpr):
+    # A (dim,) parameter on this program's channels (BLOCK_D,), zeros when absent.
+    value = tl.full([d.shape[0]], 0.0, ACC)
+    if HAS:
+        value = tl.load(ptr + d, mask=mask_d, other=0.0).to(ACC)
+    return value
+
+
+@triton.jit
+def _store_column(ptr, slots, n, tile, rows, column, mask_d):
+    # Stores one column of a (BLOCK_D, BLOCK_T) tile into slots n: every thread issues the store of its own
+    # elements, predicated off but for the one that holds the column (a reduction over the tile would cost a
+    # shared-memory exchange).
+    tl.store(ptr + slots[:, None] + n + rows[None, :] * 0, tile,
+             mask=mask_d[:, None] & (rows[None, :] == column))
+
+
+@triton.jit
 def selective_scan_fwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, y_ptr, starts_ptr, last_ptr,
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, resets_ptr, y_ptr, starts_ptr, last_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
-    s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Ad, s_An,
+    s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
     s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_RESETS: tl.constexpr, STORE_STARTS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
-    ACC: tl.constexpr,
+    HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_CARRY: tl.constexpr,
+    WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+    ACC: tl.constexpr, FAST: tl.constexpr,
 ):
-    """y (batch, dim, L), and with STORE_STARTS the state entering every chunk (batch, chunks, dim, N).
-    The state is carried in last (batch, dim, N): the caller fills it with h0 or zeros, and it ends as the
-    last state. Each slot belongs to one program; a barrier between reading and writing it orders its
-    threads. tune_rows and tune_length are read by the autotuner's key only."""
+    """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), in y's dtype; with STORE_STARTS the state entering every
+    chunk (batch, chunks, dim, N). The state is carried in last (batch, dim, N): with HAS_CARRY (an initial
+    state, or more than one chunk) the caller fills it with h0 or zeros and each chunk starts from it; with
+    WRITE_LAST it ends as the last state. Each slot belongs to one program; a barrier between reading and
+    writing it orders its threads. tune_rows and tune_length are read by the autotuner's key only."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
     slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
-    bias = tl.full([BLOCK_D], 0.0, ACC)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(ACC)
+    bias = _per_channel(bias_ptr, d, mask_d, HAS_BIAS, ACC)
+    D = _per_channel(D_ptr, d, mask_d, HAS_D, ACC)
     rows = tl.arange(0, BLOCK_T)
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     for c in range(n_chunks):
         t0 = tl.cast(c * BLOCK_T, tl.int64)
         mask_t = c * BLOCK_T + rows < length
+        mask = mask_d[:, None] & mask_t[None, :]
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         dtu = dt * u
         y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)
+        if HAS_D:
+            y += u * D[:, None]
         B_base = pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt
         C_base = pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct
         starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
-        tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
+        if HAS_CARRY:
+            tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
         A_n, B_n, C_n, h_n = _state_inputs(0, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots,
                                            rows, mask_d, mask_t, s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct,
-                                           B_VARIABLE, C_VARIABLE, ACC)
+                                           B_VARIABLE, C_VARIABLE, HAS_CARRY, ACC)
         for n in range(n_state):
             A_next, B_next, C_next, h_next = _state_inputs(
                 n + 1, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots, rows, mask_d, mask_t,
-                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, ACC)
+                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, HAS_CARRY, ACC)
             if STORE_STARTS:
                 tl.store(starts + n, h_n, mask=mask_d)
-            prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dtu * B_n), axis=1,
+            prod, hs = tl.associative_scan((_decay(dt, A_n * LOG2E, reset, HAS_RESETS, FAST), dtu * B_n), axis=1,
                                            combine_fn=_affine)
-            hs += prod * h_n[:, None]
+            if HAS_CARRY:
+                hs += prod * h_n[:, None]
             y += hs * C_n
-            # Steps past the end have dA = 1, ΔBu = 0: the last column holds the state after the last real step.
-            h_last = _row(hs, rows[None, :], BLOCK_T - 1, 1)
-            tl.debug_barrier()  # every thread has read slot n before it is written
-            tl.store(last_ptr + slots + n, h_last, mask=mask_d)
+            if WRITE_LAST:
+                # Steps past the end have dA = 1, ΔBu = 0: the last column holds the state after the last real
+                # step.
+                if HAS_CARRY:
+                    tl.debug_barrier()  # every thread has read slot n before it is written
+                _store_column(last_ptr, slots, n, hs, rows, BLOCK_T - 1, mask_d)
             A_n, B_n, C_n, h_n = A_next, B_next, C_next, h_next
-        tl.store(y_ptr + (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :], y,
-                 mask=mask_d[:, None] & mask_t[None, :])
+        if HAS_Z:
+            z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
+            y *= z * gate
+        tl.store(y_ptr + (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :],
+                 y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def selective_scan_bwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, bias_ptr, resets_ptr, starts_ptr, gy_ptr,
-    gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gh_ptr,
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, resets_ptr, starts_ptr, gy_ptr,
+    gu_ptr, gdelta_ptr, gz_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, gbias_ptr, gh_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
-    s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_Ad, s_An,
+    s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
     s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_RESETS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr,
+    HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_CARRY: tl.constexpr,
+    READ_SLOTS: tl.constexpr, WRITE_GRAD_CARRY: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+    ACC: tl.constexpr, FAST: tl.constexpr,
 ):
     """Walk the chunks backwards; per state n, recompute the chunk's states from its stored start, then the
-    adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1} by a reverse scan over the time axis of the 2-D tile. With
-    x = g_t dA_t h_{t-1} = g_t (h_t - ΔBu_t): grad A = Σ x Δ, grad Δ = Σ_n x A + u Σ_n g B,
-    grad u = Δ Σ_n g B, grad B = Σ_d g Δ u, grad C = Σ_d gy h.
+    adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1} by a reverse scan over the time axis of the 2-D tile, where
+    gy = dL/dy silu(z). With x = g_t dA_t h_{t-1} = g_t (h_t - ΔBu_t): grad A = Σ x Δ, grad Δ = Σ_n x A +
+    u Σ_n g B, grad u = Δ Σ_n g B + D gy, grad B = Σ_d g Δ u, grad C = Σ_d gy h, grad D = Σ_t gy u,
+    grad z = dL/dy (Σ_n C h + D u) silu'(z).
 
     Per-state values that outlive a chunk live in the (batch, dim, N) outputs, not in registers: gh holds
-    the adjoint of the state at the end of the current chunk (the caller fills it with the last state's
-    gradient or zeros; it ends as grad h0), gA and invariant gB, gC (zeroed by the caller) accumulate.
-    Each slot belongs to one program; a barrier between reading and writing it orders its threads.
-    Variable B, C gradients are (batch, groups, N, L) sums over channel blocks (atomic adds); grad A and
-    invariant B, C gradients are per batch row, summed by the caller."""
+    the adjoint of the state at the end of the current chunk (written with WRITE_GRAD_CARRY: more than one
+    chunk, or an initial state, whose gradient it ends as), gA and invariant gB, gC sum over chunks. With
+    READ_SLOTS (more than one chunk, or a used last state) the caller fills gh with the last state's gradient
+    or zeros and zeroes the sums, and each chunk adds to what the slots hold; without, they are only
+    written. Each slot belongs to one program; a barrier between reading and writing it orders its threads. Variable B, C gradients are (batch, groups, N, L)
+    sums over channel blocks (atomic adds); grad A, D, the Δ bias and invariant B, C gradients are per
+    batch row, summed by the caller. The gradients of u, Δ (before its bias) and z are (batch, dim, L) in
+    their tensors' dtypes."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
     slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
-    bias = tl.full([BLOCK_D], 0.0, ACC)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(ACC)
+    bias = _per_channel(bias_ptr, d, mask_d, HAS_BIAS, ACC)
+    D = _per_channel(D_ptr, d, mask_d, HAS_D, ACC)
+    grad_D = tl.full([BLOCK_D], 0.0, ACC)
+    grad_bias = tl.full([BLOCK_D], 0.0, ACC)
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     rows = tl.arange(0, BLOCK_T)
     for i in range(n_chunks):
         c = n_chunks - 1 - i
         t0 = tl.cast(c * BLOCK_T, tl.int64)
         mask_t = c * BLOCK_T + rows < length
-        mask_dt = mask_d[:, None] & mask_t[None, :]
+        mask = mask_d[:, None] & mask_t[None, :]
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         # Δ and resets one step later inside the chunk; Δ = 0 (so dA_{t+1} = 1) in the last row and past the
         # end, where the carry enters.
-        u_next, dt_next, raw_next, reset_next = _chunk_inputs(
+        _, dt_next, _, reset_next = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         out_off = (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :]
-        gy = tl.load(gy_ptr + out_off, mask=mask_dt, other=0.0).to(ACC)
+        gout = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
+        gy = gout
+        if HAS_Z:
+            z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
+            gy = gout * z * gate
+        grad_D += _sum(gy * u, axis=1)
         dtu = dt * u
-        # dA at the chunk's first step is exp(Δ_0 A_n), 0 after a reset there: it passes the adjoint on to the
-        # chunk before, and holding Δ_0 costs less than holding dA through the reverse scan.
-        dt0 = _row(dt, rows[None, :], 0, 1)
-        keep0 = 1.0
-        if HAS_RESETS:
-            keep0 = 1.0 - _sum(tl.where((rows == 0) & reset, 1.0, 0.0), axis=0)
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
         gdt = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n x A
+        y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n C h, for grad z
         B_base = pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt
         C_base = pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct
         bc_off = ((pid_b * (dim // e) + pid_g) * n_state) * length + t0
         starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
-        tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
+        if READ_SLOTS:
+            tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
         # Each value is used as soon as it exists, so that few tiles are live at once (registers, not
         # arithmetic, bound this kernel). Past the end Δ = 0, so no masking of g is needed: every term it
         # enters there is multiplied by Δ, by gy (0) or stored under the mask.
         for n in range(n_state):
             A_n, B_n, C_n, carry = _state_inputs(
                 n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
-                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, ACC)
-            h_start = tl.load(starts + n, mask=mask_d, other=0.0)
-            gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0)
+                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, READ_SLOTS, ACC)
+            gA_n = tl.full([BLOCK_D], 0.0, ACC)
+            if READ_SLOTS:
+                gA_n = tl.load(gA_ptr + slots + n, mask=mask_d, other=0.0)
             dBu = dtu * B_n
-            prod, hs = tl.associative_scan((_decay(dt, A_n, reset, HAS_RESETS), dBu), axis=1, combine_fn=_affine)
-            hs += prod * h_start[:, None]
-            gC_n = _bc_grad(gC_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, hs * gy, C_VARIABLE)
+            dA = _decay(dt, A_n * LOG2E, reset, HAS_RESETS, FAST)
+            prod, hs = tl.associative_scan((dA, dBu), axis=1, combine_fn=_affine)
+            if HAS_CARRY:
+                hs += prod * tl.load(starts + n, mask=mask_d, other=0.0)[:, None]
+            if HAS_Z:
+                y += hs * C_n
+            gC_n = _bc_grad(gC_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, hs * gy, C_VARIABLE, READ_SLOTS)
             hs -= dBu  # now dA_t h_{t-1}
             # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it).
-            prod, g = tl.associative_scan((_decay(dt_next, A_n, reset_next, HAS_RESETS), C_n * gy), axis=1,
-                                          combine_fn=_affine, reverse=True)
-            g += prod * carry[:, None]
+            prod, g = tl.associative_scan((_decay(dt_next, A_n * LOG2E, reset_next, HAS_RESETS, FAST), C_n * gy),
+                                          axis=1, combine_fn=_affine, reverse=True)
+            if READ_SLOTS:
+                g += prod * carry[:, None]
             x = g * hs
             gdt += x * A_n[:, None]
             gBu += g * B_n
-            gB_n = _bc_grad(gB_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, g * dtu, B_VARIABLE)
+            gB_n = _bc_grad(gB_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, g * dtu, B_VARIABLE, READ_SLOTS)
             gA_n += _sum(x * dt, axis=1)
-            carry = tl.exp(dt0 * A_n) * keep0 * _row(g, rows[None, :], 0, 1)
-            tl.debug_barrier()  # every thread has read the slots of n before any is written
-            tl.store(gh_ptr + slots + n, carry, mask=mask_d)
+            if READ_SLOTS:
+                tl.debug_barrier()  # every thread has read the slots of n before any is written
+            if WRITE_GRAD_CARRY:
+                # The adjoint of the state before this chunk: dA_0 g_0 (0 after a reset at the chunk's start).
+                _store_column(gh_ptr, slots, n, dA * g, rows, 0, mask_d)
             tl.store(gA_ptr + slots + n, gA_n, mask=mask_d)
             if not B_VARIABLE:
                 tl.store(gB_ptr + slots + n, gB_n, mask=mask_d)
@@ -461,8 +545,19 @@ def selective_scan_bwd(
         u, _, raw, _ = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
+        if HAS_Z:
+            # silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z)))
+            tl.store(gz_ptr + out_off, (gout * (y + D[:, None] * u) * gate * (1.0 + z * (1.0 - gate)))
+                     .to(gz_ptr.dtype.element_ty), mask=mask)
         gdt += u * gBu
         if SOFTPLUS:
-            gdt = gdt * (1.0 / (1.0 + tl.exp(-raw)))
-        tl.store(gu_ptr + out_off, dt * gBu, mask=mask_dt)
-        tl.store(gdelta_ptr + out_off, gdt, mask=mask_dt)
+            gdt = gdt * _sigmoid(raw, FAST)
+        gdt = tl.where(mask, gdt, 0.0)
+        grad_bias += _sum(gdt, axis=1)
+        tl.store(gu_ptr + out_off, (dt * gBu + D[:, None] * gy).to(gu_ptr.dtype.element_ty), mask=mask)
+        tl.store(gdelta_ptr + out_off, gdt.to(gdelta_ptr.dtype.element_ty), mask=mask)
+    row = pid_b * dim + d
+    if HAS_D:
+        tl.store(gD_ptr + row, grad_D, mask=mask_d)
+    if HAS_BIAS:
+        tl.store(gbias_ptr + row, grad_bias, mask=mask_d)

@@ -1,11 +1,12 @@
-"""The Triton backend of `linear_scan` and `selective_scan`: launchers and autograd Functions around
-the kernels of `seqssm.ops.triton_kernels`.
+"""The Triton backend of `linear_scan` and `selective_scan`: launchers around the kernels of
+`seqssm.ops.triton_kernels`, registered as `torch.library` custom ops (forward and backward each one
+op, with fake implementations), so that `torch.compile(fullgraph=True)` keeps them in its graph.
 
 Both scans keep the torch path's memory: the linear scan's backward needs only its inputs and
-output; the selective scan stores the state at the start of every SELECTIVE_CHUNK steps and
-recomputes each chunk's states in the backward pass. On CPU tensors the kernels run in Triton's
-interpreter, which TRITON_INTERPRET=1 allows (the registry refuses CPU tensors otherwise); it is
-slow and meant for tests.
+output; the selective scan stores the state at the start of every chunk of up to 2048 steps (none at
+all for one chunk without an initial state) and recomputes each chunk's states in the backward pass.
+On CPU tensors the kernels run in Triton's interpreter, which TRITON_INTERPRET=1 allows (the registry
+refuses CPU tensors otherwise); it is slow and meant for tests.
 """
 
 from __future__ import annotations
@@ -17,27 +18,31 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 from seqssm.ops.backend import triton_interpreting
-from seqssm.ops.selective import _finish, _groups
+from seqssm.ops.selective import _groups
 
-# Time steps per chunk. The selective scan keeps one float32 (batch, dim, N) state per chunk for the
-# backward pass, N * 4 / 64 bytes per element of u: as much as a float16 u for N = 32. Scans inside a
-# chunk are log-depth along the time axis of (channels, time) tiles; the state index is a loop, so a
-# chunk's registers do not depend on N.
+# Time steps per chunk of the linear scan. Scans inside a chunk are log-depth along the time axis of
+# (time, feature) tiles.
 LINEAR_CHUNK = 32
-SELECTIVE_CHUNK = 64
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
-# (BLOCK_D, num_warps) tried by the selective scans' autotuners (compiled kernels): a program holds
-# (BLOCK_D, SELECTIVE_CHUNK) tiles, BLOCK_D * SELECTIVE_CHUNK / (32 * num_warps) = 2 or 4 elements of
-# each per thread. With 8 the backward kernel needs over 200 registers.
-SELECTIVE_FWD_CONFIGS = [(4, 2), (8, 4), (16, 8), (4, 4), (8, 8)]
-SELECTIVE_BWD_CONFIGS = [(4, 2), (8, 4), (2, 2), (4, 4), (8, 8)]
-# Registers per thread the selective kernels may use (ptxas's .maxnreg). Given no budget, ptxas squeezes
-# a kernel that needs a little over 96 or 128 registers down to that count and spills a few bytes to do
-# it; with this one it allocates what the kernel needs (110-165 registers, docs/gpu.md) and spills none.
+# The selective scan walks time in chunks of a power of two steps, as long as the sequence, between these
+# bounds. A long chunk keeps several consecutive steps in each thread, which the scans walk sequentially in
+# registers; the chunk's start states are what the backward pass keeps, float32 (batch, dim, N) each. The
+# interpreter's bound is small, so that tests cross chunk boundaries on short sequences.
+SELECTIVE_MAX_CHUNK = 2048
+SELECTIVE_INTERPRETED_CHUNK = 64
+_SELECTIVE_MIN_CHUNK = 16
+# Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds a few tiles,
+# the backward (two scans, three accumulators) over twice as many.
+_SELECTIVE_PER_THREAD = {"fwd": (8, 16), "bwd": (4, 8)}
+# Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
+# threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
+# 96 or 128 registers down to that count and spills a few bytes to do it.
 SELECTIVE_MAX_REGISTERS = 168
+_REGISTER_FILE = 65536
 # The offsets inside one tile are 32-bit (chunk starts are 64-bit): the launchers refuse strides whose
 # tile would reach past this.
 _INT32_MAX = 2**31 - 1
@@ -54,18 +59,6 @@ def _kernels(interpret: bool):
     with triton.knobs.runtime.scope():
         triton.knobs.runtime.interpret = interpret
         spec.loader.exec_module(module)
-    if not interpret:
-        def configs(pairs):
-            return [triton.Config({"BLOCK_D": d}, num_warps=w, maxnreg=SELECTIVE_MAX_REGISTERS) for d, w in pairs]
-
-        # The best block depends on how many programs there are (rows x channels) and how long each walks.
-        # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
-        key = ["tune_rows", "e", "n_state", "tune_length", "B_VARIABLE", "C_VARIABLE"]
-        module.selective_scan_fwd = triton.autotune(
-            configs(SELECTIVE_FWD_CONFIGS), key=key, restore_value=["last_ptr"])(module.selective_scan_fwd)
-        module.selective_scan_bwd = triton.autotune(
-            configs(SELECTIVE_BWD_CONFIGS), key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"],
-            restore_value=["gh_ptr"])(module.selective_scan_bwd)
     return module
 
 
@@ -75,11 +68,44 @@ def _for(device: torch.device):
     return _kernels(interpret), interpret
 
 
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Every kernel launch goes through here (the compile check records them instead)."""
+    kernel[grid](*args, **kwargs)
+
+
+def selective_configs(direction: str, block_t: int) -> list[tuple[int, int]]:
+    """(BLOCK_D, num_warps) pairs the autotuner of the selective `direction` ("fwd" or "bwd") tries for chunks
+    of `block_t` steps: those holding the elements per thread of _SELECTIVE_PER_THREAD."""
+    pairs = []
+    for warps in (1, 2, 4, 8) if direction == "fwd" else (1, 2, 4, 8, 16):
+        for per_thread in _SELECTIVE_PER_THREAD[direction]:
+            block_d, rest = divmod(per_thread * 32 * warps, block_t)
+            if not rest and 1 <= block_d <= 16:
+                pairs.append((block_d, warps))
+    return pairs
+
+
+@functools.lru_cache(maxsize=None)
+def _selective_tuned(direction: str, block_t: int):
+    """The compiled selective kernel of `direction` under an autotuner over `selective_configs`."""
+    kernel = getattr(_kernels(False), f"selective_scan_{direction}")
+    configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
+                             maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
+               for d, w in selective_configs(direction, block_t)]
+    # The best block depends on how many programs there are (rows x channels) and how long each walks.
+    # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
+    key = ["tune_rows", "e", "n_state", "tune_length"]
+    if direction == "fwd":
+        return triton.autotune(configs, key=key, restore_value=["last_ptr"])(kernel)
+    return triton.autotune(configs, key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"],
+                           restore_value=["gh_ptr"])(kernel)
+
+
 def _acc(dtype: torch.dtype):
     return tl.float64 if dtype in (torch.float64, torch.complex128) else tl.float32
 
 
-def _real(x: torch.Tensor | None) -> torch.Tensor | None:
+def _real(x: Tensor | None) -> Tensor | None:
     return torch.view_as_real(x) if x is not None and x.is_complex() else x
 
 
@@ -93,28 +119,12 @@ def _check_tile_offsets(op: str, **extents: int) -> None:
             )
 
 
+def _empty(like: Tensor) -> Tensor:
+    """The stand-in for an absent output of a custom op (ops return tensors only)."""
+    return like.new_empty(0)
+
+
 # ----------------------------------------------------------------------------------- linear scan
-
-
-class _LinearScanTriton(torch.autograd.Function):
-    """a (B, L, F) (any strides: broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None,
-    resets (B, L) bool or None -> h (B, L, F), all of one real or complex dtype."""
-
-    @staticmethod
-    def forward(ctx, a, b, h0, resets):
-        h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
-        _linear_launch("fwd", a, b, h0, resets, h)
-        ctx.save_for_backward(a, h0, resets, h)
-        return h
-
-    @staticmethod
-    def backward(ctx, grad_h):
-        a, h0, resets, h = ctx.saved_tensors
-        grad_h = grad_h.contiguous()
-        grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
-        grad_h0 = torch.empty_like(h0) if h0 is not None else None
-        _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0)
-        return grad_a, grad_b, grad_h0, None
 
 
 def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
@@ -138,18 +148,60 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     dummy = a_r
     if direction == "fwd":
         b_r = _real(b)
-        kernels.linear_scan_fwd[grid](
-            a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
-            length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides,
-            **flags,
-        )
+        _launch(kernels.linear_scan_fwd, grid,
+                a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
+                length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3],
+                *h0_strides, **flags)
     else:
         gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
-        kernels.linear_scan_bwd[grid](
-            a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r, gb_r,
-            _real(grad_h0) if grad_h0 is not None else dummy,
-            length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags,
-        )
+        _launch(kernels.linear_scan_bwd, grid,
+                a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
+                gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
+                length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
+
+
+@torch.library.custom_op("seqssm::linear_scan_triton", mutates_args=())
+def _linear_scan_op(a: Tensor, b: Tensor, h0: Tensor | None, resets: Tensor | None) -> Tensor:
+    """a (B, L, F) (any strides: a broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None, resets
+    (B, L) bool or None -> h (B, L, F), all of one real or complex dtype."""
+    h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+    _linear_launch("fwd", a, b, h0, resets, h)
+    return h
+
+
+@_linear_scan_op.register_fake
+def _(a, b, h0, resets):
+    return torch.empty(b.shape, dtype=b.dtype, device=b.device)
+
+
+@torch.library.custom_op("seqssm::linear_scan_triton_backward", mutates_args=())
+def _linear_scan_backward_op(grad_h: Tensor, a: Tensor, h0: Tensor | None, resets: Tensor | None,
+                             h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of `linear_scan_triton` -> (grad a (B, L, F), grad b, grad h0 (empty without h0))."""
+    grad_h = grad_h.contiguous()
+    grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
+    grad_h0 = torch.empty_like(h0) if h0 is not None else _empty(h)
+    _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0 if h0 is not None else None)
+    return grad_a, grad_b, grad_h0
+
+
+@_linear_scan_backward_op.register_fake
+def _(grad_h, a, h0, resets, h):
+    return torch.empty_like(h), torch.empty_like(h), torch.empty_like(h0) if h0 is not None else _empty(h)
+
+
+def _linear_setup(ctx, inputs, output):
+    a, _, h0, resets = inputs
+    ctx.save_for_backward(a, h0, resets, output)
+
+
+def _linear_backward(ctx, grad_h):
+    a, h0, resets, h = ctx.saved_tensors
+    grad_a, grad_b, grad_h0 = torch.ops.seqssm.linear_scan_triton_backward(grad_h, a, h0, resets, h)
+    return grad_a, grad_b, grad_h0 if h0 is not None else None, None
+
+
+_linear_scan_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
 def linear_scan_triton(a, b, initial_state=None, resets=None):
@@ -166,13 +218,25 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
         a, b = a.contiguous(), b.contiguous()  # view_as_real needs unit stride on the last dim
     h0 = h0.reshape(shape[0], -1).contiguous() if h0 is not None else None
     resets = resets.to(device=b.device, dtype=torch.bool) if resets is not None else None
-    return _LinearScanTriton.apply(a, b, h0, resets).reshape(shape)
+    return _linear_scan_op(a, b, h0, resets).reshape(shape)
 
 
 # --------------------------------------------------------------------------------- selective scan
 
 
-def _bc_layout(M: torch.Tensor):
+def selective_chunk(length: int, interpret: bool) -> int:
+    """Steps per chunk of the selective scan for sequences of `length`."""
+    bound = SELECTIVE_INTERPRETED_CHUNK if interpret else SELECTIVE_MAX_CHUNK
+    return min(bound, max(_SELECTIVE_MIN_CHUNK, triton.next_power_of_2(length)))
+
+
+def _chunks(length, device: torch.device):
+    """How many chunks a sequence of `length` (an int, or a symbolic one while compiling) is cut into."""
+    bound = SELECTIVE_INTERPRETED_CHUNK if device.type == "cpu" or triton_interpreting() else SELECTIVE_MAX_CHUNK
+    return (length + bound - 1) // bound
+
+
+def _bc_layout(M: Tensor):
     """(variable, strides (batch, group, channel, N, time)) of B or C given as (batch, N, L),
     (batch, groups, N, L) or time-invariant (dim, N)."""
     if M.ndim == 2:
@@ -182,119 +246,190 @@ def _bc_layout(M: torch.Tensor):
     return True, (M.stride(0), M.stride(1), 0, M.stride(2), M.stride(3))
 
 
-class _SelectiveScanTriton(torch.autograd.Function):
-    """u, delta (b, dim, L); A (dim, N); B, C variable or time-invariant; delta_bias (dim,) or None;
-    h0 (b, dim, N) or None; resets (b, L) bool or None -> y (b, dim, L) and last state (b, dim, N),
-    both in the compute dtype (float32, or float64 for float64 u)."""
-
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, delta_bias, h0, resets, softplus):
-        y, last, starts = _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts=True)
-        ctx.save_for_backward(u, delta, A, B, C, delta_bias, resets, starts)
-        ctx.softplus, ctx.has_h0 = softplus, h0 is not None
-        # An unused last state then reaches backward as None, and the kernel skips its gradient.
-        ctx.set_materialize_grads(False)
-        return y, last
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_last):
-        u, delta, A, B, C, delta_bias, resets, starts = ctx.saved_tensors
-        batch, dim, length = u.shape
-        n = A.shape[1]
-        groups = _groups(B, C)
-        compute = starts.dtype
-        # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
-        grad_y = (grad_y.to(compute).contiguous() if grad_y is not None
-                  else starts.new_zeros(batch, dim, length))
-        grad_u = torch.empty(batch, dim, length, dtype=compute, device=u.device)
-        grad_delta = torch.empty_like(grad_u)
-        per_row = (batch, dim, n)
-        # The kernel carries the state's adjoint in grad_h0 (from the last state's gradient, or zeros when the
-        # last state was not used) and accumulates grad A and invariant grad B, C in place.
-        grad_h0 = grad_last.to(compute).contiguous().clone() if grad_last is not None else starts.new_zeros(per_row)
-        grad_A = starts.new_zeros(per_row)
-        grad_B, grad_C = (
-            starts.new_zeros(batch, groups, n, length) if M.ndim > 2 else starts.new_zeros(per_row) for M in (B, C)
-        )
-        kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, ctx.softplus)
-        kernels.selective_scan_bwd[grid](
-            u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
-            starts, grad_y, grad_u, grad_delta, grad_A, grad_B, grad_C, grad_h0, *sizes, *strides, **flags,
-        )
-        grad_B, grad_C = (
-            (g.view(M.shape) if M.ndim > 2 else g.sum(0)).to(M.dtype) for g, M in ((grad_B, B), (grad_C, C))
-        )
-        grad_bias = grad_delta.sum((0, 2)).to(delta_bias.dtype) if delta_bias is not None else None
-        return (
-            grad_u.to(u.dtype), grad_delta.to(delta.dtype), grad_A.sum(0).to(A.dtype), grad_B, grad_C, grad_bias,
-            grad_h0 if ctx.has_h0 else None, None, None,
-        )
-
-
-def _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus):
-    """What both selective kernels take: (kernels, grid, sizes, strides, constexpr flags). The autotuner
-    picks BLOCK_D for compiled kernels; the interpreter gets a small fixed block, its cost being per
-    element of the tiles."""
+def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, softplus, flags, *buffers):
+    """Launch the selective kernel of `direction` on the tensors and the buffers it writes: the shared sizes,
+    strides and constexpr flags come from the inputs; `flags` adds the direction's own. The autotuner picks
+    BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its cost being per element."""
     kernels, interpret = _for(u.device)
     batch, dim, length = u.shape
     n = A.shape[1]
     groups = _groups(B, C)
     e = dim // groups
+    block_t = selective_chunk(length, interpret)
     b_var, b_strides = _bc_layout(B)
     c_var, c_strides = _bc_layout(C)
-    compute = torch.promote_types(u.dtype, torch.float32)
+    acc = _acc(torch.promote_types(u.dtype, torch.float32))
     flags = dict(B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
-                 HAS_RESETS=resets is not None, BLOCK_T=SELECTIVE_CHUNK, ACC=_acc(compute))
+                 HAS_RESETS=resets is not None, HAS_D=D is not None, HAS_Z=z is not None, BLOCK_T=block_t, ACC=acc,
+                 FAST=not interpret and acc == tl.float32, **flags)
+    configs = selective_configs(direction, block_t)
     if interpret:
+        kernel = getattr(kernels, f"selective_scan_{direction}")
         flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
         grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
     else:
+        kernel = _selective_tuned(direction, block_t)
         grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
-    block_d = max(d for d, _ in SELECTIVE_FWD_CONFIGS + SELECTIVE_BWD_CONFIGS)
-    steps = SELECTIVE_CHUNK + 1  # the backward reads Δ and resets one step past the chunk
+    block_d = max(d for d, _ in configs + [(4, 1)])
+    steps = block_t + 1  # the backward reads Δ and resets one step past the chunk
+    z_strides = z.stride() if z is not None else (0, 0, 0)
     _check_tile_offsets("selective_scan", **{
         "u": block_d * abs(u.stride(1)) + steps * abs(u.stride(2)),
         "delta": block_d * abs(delta.stride(1)) + steps * abs(delta.stride(2)),
+        "z": block_d * abs(z_strides[1]) + steps * abs(z_strides[2]),
         "y and its gradient (batch, dim, L)": block_d * length + steps,
     })
     r_strides = resets.stride() if resets is not None else (0, 0)
     # tune_rows and tune_length key the autotuner: rows of programs, and L to the next power of two.
     sizes = (dim, e, length, n, batch * groups, triton.next_power_of_2(length))
-    strides = (*u.stride(), *delta.stride(), *A.stride(), *b_strides, *c_strides, *r_strides)
-    return kernels, grid, sizes, strides, flags
+    strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
+    # u stands for absent optional tensors and empty buffers (never read or written).
+    tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets, *buffers)]
+    _launch(kernel, grid, *tensors, *sizes, *strides, **flags)
 
 
-def _selective_forward(u, delta, A, B, C, delta_bias, h0, resets, softplus, store_starts):
+def _compute(u: Tensor) -> torch.dtype:
+    return torch.promote_types(u.dtype, torch.float32)
+
+
+@torch.library.custom_op("seqssm::selective_scan_triton", mutates_args=())
+def _selective_scan_op(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
+    delta_bias: Tensor | None, initial_state: Tensor | None, resets: Tensor | None, softplus: bool,
+    return_last_state: bool, store_starts: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """u, delta, z (b, dim, L); A (dim, N); B, C variable or time-invariant; D, delta_bias (dim,); initial_state
+    (b, dim, N); resets (b, L) bool -> y = (scan + D u) silu(z) (b, dim, L) in u's dtype; the last state
+    (b, dim, N) in the compute dtype (float32, or float64 for float64 u), empty unless return_last_state; and,
+    with store_starts, the state entering every chunk (b, chunks, dim, N) for the backward pass (empty where
+    the backward needs none: one chunk and no initial state)."""
     batch, dim, length = u.shape
     n = A.shape[1]
-    compute = torch.promote_types(u.dtype, torch.float32)
-    y = torch.empty(batch, dim, length, dtype=compute, device=u.device)
+    compute = _compute(u)
+    chunks = _chunks(length, u.device)
+    carry = initial_state is not None or chunks > 1
+    y = torch.empty(batch, dim, length, dtype=u.dtype, device=u.device)
     # The kernel carries the state in `last`, from h0 (or zeros) to the last state.
-    last = (h0.to(compute, copy=True).contiguous() if h0 is not None
-            else torch.zeros(batch, dim, n, dtype=compute, device=u.device))
-    chunks = triton.cdiv(length, SELECTIVE_CHUNK)
-    starts = torch.empty(batch, chunks if store_starts else 0, dim, n, dtype=compute, device=u.device)
-    kernels, grid, sizes, strides, flags = _selective_launch(u, delta, A, B, C, delta_bias, resets, softplus)
-    kernels.selective_scan_fwd[grid](
-        u, delta, A, B, C, delta_bias if delta_bias is not None else u, resets if resets is not None else u,
-        y, starts, last, *sizes, *strides, STORE_STARTS=store_starts, **flags,
-    )
+    if initial_state is not None:
+        last = initial_state.to(compute, copy=True).contiguous()
+    else:
+        last = torch.zeros(batch, dim, n if carry or return_last_state else 0, dtype=compute, device=u.device)
+    starts = torch.empty(batch, chunks if store_starts and carry else 0, dim, n, dtype=compute, device=u.device)
+    _selective_launch("fwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
+                      dict(HAS_CARRY=carry, WRITE_LAST=chunks > 1 or return_last_state,
+                           STORE_STARTS=store_starts and carry),
+                      y, starts, last)
+    return y, last if return_last_state else _empty(last), starts
+
+
+@_selective_scan_op.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, return_last_state, store_starts):
+    batch, dim, length = u.shape
+    compute = _compute(u)
+    chunks = _chunks(length, u.device)
+    carry = initial_state is not None or chunks > 1
+    y = u.new_empty(batch, dim, length)
+    last = u.new_empty(batch, dim, A.shape[1], dtype=compute) if return_last_state else u.new_empty(0, dtype=compute)
+    starts = u.new_empty(batch, chunks if store_starts and carry else 0, dim, A.shape[1], dtype=compute)
     return y, last, starts
+
+
+@torch.library.custom_op("seqssm::selective_scan_triton_backward", mutates_args=())
+def _selective_scan_backward_op(
+    grad_y: Tensor, grad_last: Tensor | None, u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+    D: Tensor | None, z: Tensor | None, delta_bias: Tensor | None, resets: Tensor | None, starts: Tensor,
+    softplus: bool, has_initial_state: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of `selective_scan_triton` -> (u, delta, A, B, C, D, z, delta_bias, initial state), each
+    in its input's dtype, empty for an absent input."""
+    batch, dim, length = u.shape
+    n = A.shape[1]
+    groups = _groups(B, C)
+    compute = _compute(u)
+    chunks = _chunks(length, u.device)
+    # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
+    grad_y = grad_y.contiguous()
+    grad_u, grad_delta = torch.empty_like(u, memory_format=torch.contiguous_format), \
+        torch.empty_like(delta, memory_format=torch.contiguous_format)
+    grad_z = torch.empty_like(z, memory_format=torch.contiguous_format) if z is not None else _empty(u)
+    per_row = (batch, dim, n)
+    read_slots = chunks > 1 or grad_last is not None
+    # The kernel carries the state's adjoint in grad_h0 (from the last state's gradient, or zeros when the
+    # last state was not used) and accumulates grad A and invariant grad B, C in place.
+    new = torch.zeros if read_slots else torch.empty
+    if grad_last is not None:
+        grad_h0 = grad_last.to(compute, copy=True).contiguous()
+    else:
+        grad_h0 = new(per_row, dtype=compute, device=u.device)
+    grad_A = new(per_row, dtype=compute, device=u.device)
+    grad_B, grad_C = (
+        torch.zeros(batch, groups, n, length, dtype=compute, device=u.device) if M.ndim > 2
+        else new(per_row, dtype=compute, device=u.device) for M in (B, C)
+    )
+    grad_D = torch.empty(batch, dim, dtype=compute, device=u.device)
+    grad_bias = torch.empty(batch, dim, dtype=compute, device=u.device)
+    _selective_launch("bwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
+                      dict(HAS_CARRY=has_initial_state or chunks > 1, READ_SLOTS=read_slots,
+                           WRITE_GRAD_CARRY=has_initial_state or chunks > 1),
+                      starts, grad_y, grad_u, grad_delta, grad_z, grad_A, grad_B, grad_C, grad_D, grad_bias, grad_h0)
+    grad_B, grad_C = ((g.view(M.shape) if M.ndim > 2 else g.sum(0)).to(M.dtype) for g, M in ((grad_B, B), (grad_C, C)))
+    return (
+        grad_u, grad_delta, grad_A.sum(0).to(A.dtype), grad_B, grad_C,
+        grad_D.sum(0).to(D.dtype) if D is not None else _empty(u), grad_z,
+        grad_bias.sum(0).to(delta_bias.dtype) if delta_bias is not None else _empty(u),
+        grad_h0 if has_initial_state else _empty(u),
+    )
+
+
+@_selective_scan_backward_op.register_fake
+def _(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, softplus, has_initial_state):
+    compute = _compute(u)
+    absent = u.new_empty(0)
+    return (
+        torch.empty_like(u, memory_format=torch.contiguous_format),
+        torch.empty_like(delta, memory_format=torch.contiguous_format), torch.empty_like(A),
+        torch.empty_like(B), torch.empty_like(C), torch.empty_like(D) if D is not None else absent,
+        torch.empty_like(z, memory_format=torch.contiguous_format) if z is not None else absent,
+        torch.empty_like(delta_bias) if delta_bias is not None else absent,
+        u.new_empty(u.shape[0], u.shape[1], A.shape[1], dtype=compute) if has_initial_state else absent,
+    )
+
+
+def _selective_setup(ctx, inputs, output):
+    u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, _, _ = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, resets, output[2])
+    ctx.softplus, ctx.has_initial_state = softplus, initial_state is not None
+    # An unused last state then reaches backward as None, and the kernel skips its gradient.
+    ctx.set_materialize_grads(False)
+
+
+def _selective_backward(ctx, grad_y, grad_last, _):
+    u, delta, A, B, C, D, z, delta_bias, resets, starts = ctx.saved_tensors
+    if grad_y is None:  # only the last state was used
+        grad_y = torch.zeros_like(u)
+    if grad_last is not None and grad_last.numel() == 0:
+        grad_last = None
+    grads = torch.ops.seqssm.selective_scan_triton_backward(
+        grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, ctx.softplus, ctx.has_initial_state)
+    present = (u, delta, A, B, C, D, z, delta_bias, ctx.has_initial_state or None)
+    return (*(g if x is not None else None for g, x in zip(grads, present)), None, None, None, None)
+
+
+_selective_scan_op.register_autograd(_selective_backward, setup_context=_selective_setup)
 
 
 def selective_scan_triton(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
-    """Triton `selective_scan` (same arguments and results as the reference); D and z are applied after the scan."""
+    """Triton `selective_scan` (same arguments and results as the reference), D and z applied in the kernel."""
     resets = resets.to(device=u.device, dtype=torch.bool) if resets is not None else None
-    # The kernels read time-contiguous tiles: a channels-last tile would need a layout change in registers
-    # that costs about half again the backward kernel's registers (docs/gpu.md). mamba_ssm copies the same.
-    scan_u, delta, B, C = (x.contiguous() if x.ndim > 2 and x.stride(-1) != 1 else x for x in (u, delta, B, C))
-    args = (scan_u, delta, A, B, C, delta_bias, initial_state)
-    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in args):
-        y, last = _SelectiveScanTriton.apply(*args, resets, delta_softplus)
-    else:  # inference: no chunk-start states to keep
-        y, last, _ = _selective_forward(*args, resets, delta_softplus, store_starts=False)
-    y = _finish(y, u.to(y.dtype), D, z, u.dtype)
+    # The kernels read time-contiguous tiles of u, Δ and z, and float32 B, C (small: no channel axis), as
+    # mamba_ssm's kernel does; channels-last tiles would need a layout change in registers.
+    u, delta, z = (x.contiguous() if x is not None and x.stride(-1) != 1 else x for x in (u, delta, z))
+    B, C = (M.to(_compute(u)).contiguous() if M.ndim > 2 else M for M in (B, C))
+    floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in floats)
+    y, last, _ = _selective_scan_op(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, delta_softplus,
+                                    return_last_state, needs_grad)
     return (y, last.to(y.dtype)) if return_last_state else y
