@@ -1,0 +1,670 @@
+"""Whole models side by side: seqssm beside mamba_ssm, transformers and the S4 authors' S4D, one process.
+
+    python scripts/bench_models.py --device cuda --out runs/bench_models          # mamba-130m widths
+    python scripts/bench_models.py --device cpu --size tiny --out runs/bench_tiny  # every row, in seconds
+
+Three parts. In each, every contender first runs --warmup times; then --rounds rounds follow, in which each
+contender (in an order rotated every round) runs --iters times, timed together; a row gives the median over the
+rounds. CUDA is synchronised around each timed run.
+
+1. train: one training step (forward, cross-entropy on random targets, backward, AdamW step) of a Mamba-1 language
+   model (130m: d_model 768, 24 layers, vocabulary 50280, a multiple of mamba_ssm's padding of 8, d_state 16,
+   expand 2, d_conv 4, the head tied to the embedding), bf16 autocast with float32 parameters on CUDA, float32 on
+   CPU. Contenders, all holding the same initial weights (one seqssm model, written as a Hugging Face folder and
+   read by each): seqssm (`backend="auto"`: mamba_ssm's and causal_conv1d's kernels where they import, else
+   Triton); seqssm with SEQSSM_BACKEND=triton; mamba_ssm's MambaLMHeadModel; transformers' MambaForCausalLM with
+   its CUDA kernels, and on its torch path (every kernel function of its Mamba module swapped for the torch function
+   it wraps, see `hf_torch_path`). The torch path keeps every step's state for the backward, so it runs at its own
+   shorter length (--torch-path-length), beside seqssm at that length. tokens/s = batch x length / step time. peak
+   MB = the peak memory the step allocates above what was live before it, plus what the contender keeps between
+   steps (parameters and optimizer state): what it would need alone.
+2. s4d: the same training step (float32; both are written for it) of seqssm's `simple-s4d` classifier beside a
+   stack of the S4 authors' minimal S4D module (Gu, Goel, Ré et al., state-spaces/s4, models/s4/s4d.py, read
+   from --s4-peer and never shipped with seqssm) in their example.py backbone (linear encoder, post-norm residual
+   blocks, mean pooling, linear decoder), at the same widths; no dropout.
+3. generate: greedy generation of --new-tokens tokens after a --prompt-token prompt, at each of --gen-batches, in
+   --gen-dtype (default float32, so that tokens can be compared): seqssm's `generate`, eager and with
+   `cuda_graph=True`; mamba_ssm's `generate(cg=True)` (its CUDA-graph decoding); transformers' `generate`, with its
+   kernels and on its torch path. tokens/s = batch x new tokens / the whole call (prompt included). Each row also
+   gives the first step at which its tokens leave seqssm's eager ones (none: identical).
+
+A contender that cannot run (a package that does not import, no CUDA, out of memory) is a row with its error.
+Output: DIR/bench_models.json and DIR/bench_models.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.util
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+START = time.perf_counter()
+
+SIZES = {
+    "130m": dict(d_model=768, n_layers=24, vocab_size=50280, d_state=16, batch=8, length=2048, torch_path_length=256,
+                 prompt=128, new_tokens=256, gen_batches=[1, 16],
+                 s4d=dict(d_model=256, n_layers=4, d_state=64, batch=64, length=1024, d_input=3, n_classes=10)),
+    "tiny": dict(d_model=32, n_layers=2, vocab_size=512, d_state=8, batch=2, length=32, torch_path_length=32,
+                 prompt=8, new_tokens=8, gen_batches=[1, 2],
+                 s4d=dict(d_model=16, n_layers=2, d_state=8, batch=2, length=64, d_input=3, n_classes=10)),
+}
+# The functions of transformers' Mamba module that bind mamba_ssm / causal_conv1d when they import (transformers 5).
+HF_KERNEL_FUNCTIONS = ("mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update", "mamba_selective_scan",
+                       "mamba_selective_state_update")
+SEQSSM, SEQSSM_TRITON, MAMBA_SSM = "seqssm", "seqssm (SEQSSM_BACKEND=triton)", "mamba_ssm"
+HF_KERNELS, HF_TORCH = "transformers (CUDA kernels)", "transformers (torch path)"
+SEQSSM_GRAPH = "seqssm (cuda_graph=True)"
+S4D_SEQSSM, S4D_PEER = "seqssm simple-s4d", "S4 authors' S4D (example.py backbone)"
+
+
+def log(message: str) -> None:
+    """A progress line, with the seconds since the script started."""
+    print(f"[bench_models {time.perf_counter() - START:6.1f}s] {message}", flush=True)
+
+
+def error_text(err: BaseException) -> str:
+    """One line naming the error, at most 300 characters."""
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def needs_cuda(device: torch.device, what: str) -> None:
+    """Refuse `what` off CUDA, with a one-line reason."""
+    if device.type != "cuda":
+        raise RuntimeError(f"{what} needs a CUDA device (this run: {device})")
+
+
+# ------------------------------------------------------------------------------------- timing side by side
+
+
+def compete(entries: dict, device: torch.device, warmup: int, rounds: int, iters: int) -> dict[str, dict]:
+    """entries: name -> a no-argument callable, or the error text of a contender that could not be built. Each
+    callable runs `warmup` times, then in each of `rounds` rounds (the order rotated every round) `iters` times,
+    timed together. -> name -> {"seconds": per call, one per round, "peak_extra": bytes allocated above what was
+    live before (CUDA), one per round, "error": the text of its failure or None}."""
+    results = {name: {"seconds": [], "peak_extra": [], "error": fn if isinstance(fn, str) else None}
+               for name, fn in entries.items()}
+
+    def run(name, times):
+        try:
+            for _ in range(times):
+                entries[name]()
+            return True
+        except Exception as err:  # a failing contender is a row, not the end of the benchmark
+            results[name]["error"] = error_text(err)
+        free_memory()
+        return False
+
+    for name in entries:
+        if results[name]["error"] is None:
+            log(f"  warm-up: {name}")
+            run(name, warmup)
+    names = list(entries)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if results[name]["error"] is not None:
+                continue
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+                base = torch.cuda.memory_allocated(device)
+            start = time.perf_counter()
+            if not run(name, iters):
+                continue
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+                results[name]["peak_extra"].append(torch.cuda.max_memory_allocated(device) - base)
+            results[name]["seconds"].append((time.perf_counter() - start) / iters)
+        log(f"  round {r + 1}/{rounds}: " + ", ".join(
+            f"{n} {1e3 * res['seconds'][-1]:.1f} ms" for n, res in results.items()
+            if res["error"] is None and res["seconds"]))
+    return results
+
+
+def resident_bytes(*objects) -> int:
+    """Bytes of the distinct tensors that modules (parameters, buffers) and optimizers (state) keep between steps."""
+    seen, total = set(), 0
+    for obj in objects:
+        if isinstance(obj, nn.Module):
+            tensors = [*obj.parameters(), *obj.buffers()]
+        else:
+            tensors = [t for state in obj.state.values() for t in state.values() if torch.is_tensor(t)]
+        for t in tensors:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+    return total
+
+
+def training_rows(part: str, results: dict, shapes: dict, resident: dict) -> list[dict]:
+    """Rows of a training part: name -> (batch, length) in `shapes`, kept bytes in `resident`."""
+    rows = []
+    for name, res in results.items():
+        batch, length = shapes[name]
+        row = {"part": part, "contender": name, "batch": batch, "length": length, "step_ms": None,
+               "tokens_per_s": None, "peak_mb": None, "error": res["error"]}
+        if res["error"] is None:
+            seconds = statistics.median(res["seconds"])
+            row.update(step_ms=1e3 * seconds, tokens_per_s=batch * length / seconds)
+            if res["peak_extra"]:
+                row["peak_mb"] = (statistics.median(res["peak_extra"]) + resident.get(name, 0)) / 2**20
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------- the contenders
+
+
+def seqssm_lm_config(size: dict):
+    """The seqssm config of a Mamba-1 LM at `size`'s widths, set as mamba_ssm's MambaLMHeadModel defaults."""
+    from seqssm.models import model_config
+
+    return model_config("mamba-s6", vocab_size=size["vocab_size"], d_model=size["d_model"], n_layers=size["n_layers"],
+                        d_state=size["d_state"], expand=2, d_conv=4, dropout=0.0, rms_norm=True, norm_eps=1e-5,
+                        residual_in_fp32=True, tie_embeddings=True, pad_vocab_size_multiple=8)
+
+
+def mamba_ssm_model(folder: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """mamba_ssm's MambaLMHeadModel with the weights of the Hugging Face folder `folder` (mapped by seqssm's tables)."""
+    needs_cuda(device, "mamba_ssm")
+    from mamba_ssm.models.config_mamba import MambaConfig
+    from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+
+    from seqssm.models import SequenceModel
+    from seqssm.models.formats import mamba_ssm as layout
+    from seqssm.models.formats.mamba_lm import external_keys
+
+    ours = SequenceModel.from_pretrained(folder)
+    c, block = ours.config, ours.config.block
+    config = MambaConfig(d_model=c.d_model, n_layer=c.n_layers, vocab_size=c.vocab_size, d_intermediate=0,
+                         ssm_cfg={"layer": "Mamba1", "d_state": block.ssp.d_state, "d_conv": block.d_conv,
+                                  "expand": block.expand},
+                         rms_norm=block.rms_norm, residual_in_fp32=block.residual_in_fp32, fused_add_norm=True,
+                         pad_vocab_size_multiple=c.pad_vocab_size_multiple, tie_embeddings=c.tie_embeddings)
+    model = MambaLMHeadModel(config, device=device, dtype=torch.float32)
+    own = ours.state_dict()
+    names = external_keys(own, layout.TOP_KEYS)
+    model.load_state_dict({names[k]: v for k, v in own.items()})
+    return model.to(dtype)
+
+
+def hf_kernel_binding() -> dict[str, str]:
+    """transformers' Mamba function name -> the module of the implementation it calls (mamba_ssm..., causal_conv1d...,
+    or transformers' own torch function), read from the wrapper transformers built at import."""
+    import transformers.models.mamba.modeling_mamba as mm
+
+    out = {}
+    for name in HF_KERNEL_FUNCTIONS:
+        fn, found = getattr(mm, name, None), None
+        if fn is None:
+            raise RuntimeError(f"transformers' modeling_mamba has no {name}: this script knows transformers 5's Mamba")
+        while fn is not None and found is None:
+            found = inspect.getclosurevars(fn).nonlocals.get("implementation") if fn.__closure__ else None
+            fn = getattr(fn, "__wrapped__", None)
+        out[name] = getattr(found, "__module__", "unknown")
+    return out
+
+
+def check_hf_kernels(device: torch.device) -> None:
+    """Refuse transformers' kernel path unless every kernel function of its Mamba is bound to a CUDA package."""
+    needs_cuda(device, "transformers' kernel path")
+    torch_bound = {n: m for n, m in hf_kernel_binding().items() if not m.startswith(("mamba_ssm", "causal_conv1d"))}
+    if torch_bound:
+        raise RuntimeError(f"transformers bound {sorted(torch_bound)} to its torch path (mamba_ssm / causal_conv1d "
+                           "did not import when transformers loaded its Mamba)")
+
+
+@contextlib.contextmanager
+def hf_torch_path():
+    """transformers' Mamba on its torch path while inside: each function of HF_KERNEL_FUNCTIONS, which transformers
+    binds at import to mamba_ssm / causal_conv1d when they import, swapped for the torch function it wraps."""
+    import transformers.models.mamba.modeling_mamba as mm
+
+    saved = {name: getattr(mm, name) for name in HF_KERNEL_FUNCTIONS}
+    plain = {name: inspect.unwrap(fn) for name, fn in saved.items()}
+    foreign = [name for name, fn in plain.items() if fn.__module__ != mm.__name__]
+    if foreign:
+        raise RuntimeError(f"cannot find transformers' torch functions behind {foreign}")
+    try:
+        for name, fn in plain.items():
+            setattr(mm, name, fn)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(mm, name, fn)
+
+
+@contextlib.contextmanager
+def seqssm_backend(name: str):
+    """SEQSSM_BACKEND=name while inside (seqssm's ops read it at every call)."""
+    with mock.patch.dict(os.environ, {"SEQSSM_BACKEND": name}):
+        yield
+
+
+def load_contenders(builders: dict) -> dict:
+    """name -> builder() or the error text of its failure."""
+    out = {}
+    for name, build in builders.items():
+        log(f"building {name}")
+        try:
+            out[name] = build()
+        except Exception as err:
+            out[name] = error_text(err)
+            free_memory()
+    return out
+
+
+def write_weights(size: dict, folder: Path) -> None:
+    """One random seqssm Mamba LM at `size`, written as a Hugging Face folder that every contender reads."""
+    from seqssm.models import SequenceModel
+
+    torch.manual_seed(0)
+    SequenceModel(seqssm_lm_config(size)).save_pretrained(folder, format="hf")
+
+
+def lm_models(folder: Path, device: torch.device, dtype: torch.dtype) -> dict:
+    """"seqssm", "mamba_ssm", "transformers" -> the model of `folder` in `dtype` on `device`, or its error text."""
+    from seqssm.models import SequenceModel
+
+    def hf():
+        from transformers import MambaForCausalLM
+
+        model = MambaForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+        model.generation_config.eos_token_id = None  # random weights: never stop early
+        return model
+
+    return load_contenders({
+        SEQSSM: lambda: SequenceModel.from_pretrained(folder).to(device, dtype),
+        MAMBA_SSM: lambda: mamba_ssm_model(folder, device, dtype),
+        "transformers": hf,
+    })
+
+
+# ------------------------------------------------------------------------------------- 1. training steps
+
+
+def train_step(model, forward, optimizer, inputs, targets, device, autocast: bool):
+    """A no-argument training step: forward(inputs) -> logits (..., classes), cross-entropy, backward, AdamW."""
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = forward(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dict]:
+    """Training steps of the Mamba LM (see the module docstring, part 1)."""
+    models = lm_models(folder, device, torch.float32)
+    autocast = device.type == "cuda"
+    gen = torch.Generator(device).manual_seed(1)
+    vocab, batch = size["vocab_size"], size["batch"]
+    shapes = {"main": (batch, size["length"]), "torch": (batch, size["torch_path_length"])}
+    data = {k: (torch.randint(0, vocab, s, device=device, generator=gen),
+                torch.randint(0, vocab, s, device=device, generator=gen)) for k, s in shapes.items()}
+    forwards = {SEQSSM: lambda m: m, MAMBA_SSM: lambda m: (lambda x: m(x).logits),
+                "transformers": lambda m: (lambda x: m(input_ids=x, use_cache=False).logits)}
+    steps, resident = {}, {}
+    for name, model in models.items():
+        if isinstance(model, str):
+            steps[name] = model
+            continue
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+        steps[name] = {k: train_step(model, forwards[name](model), optimizer, *data[k], device, autocast)
+                       for k in shapes}
+        resident[name] = (model, optimizer)
+
+    def contender(name, shape, context=contextlib.nullcontext, check=None):
+        step = steps[name]
+        if isinstance(step, str):
+            return step
+        try:
+            if check is not None:
+                check()
+        except Exception as err:
+            return error_text(err)
+
+        def run():
+            with context():
+                step[shape]()
+
+        return run
+
+    def triton_check():
+        needs_cuda(device, "the Triton backend")
+
+    groups = {
+        "main": {SEQSSM: contender(SEQSSM, "main"),
+                 SEQSSM_TRITON: contender(SEQSSM, "main", lambda: seqssm_backend("triton"), triton_check),
+                 MAMBA_SSM: contender(MAMBA_SSM, "main"),
+                 HF_KERNELS: contender("transformers", "main", check=lambda: check_hf_kernels(device))},
+        "torch": {SEQSSM: contender(SEQSSM, "torch"), HF_TORCH: contender("transformers", "torch", hf_torch_path)},
+    }
+    if shapes["torch"] == shapes["main"]:
+        groups = {"main": {**groups["main"], HF_TORCH: groups["torch"][HF_TORCH]}}
+    rows = []
+    for shape, entries in groups.items():
+        log(f"train: batch {shapes[shape][0]} x length {shapes[shape][1]}")
+        results = compete(entries, device, args.warmup, args.rounds, args.iters)
+        owner = {SEQSSM_TRITON: SEQSSM, HF_KERNELS: "transformers", HF_TORCH: "transformers"}
+        kept = {n: resident_bytes(*resident[owner.get(n, n)]) for n in entries if owner.get(n, n) in resident}
+        rows += training_rows("train", results, {n: shapes[shape] for n in entries}, kept)
+    del models, steps, resident
+    free_memory()
+    return rows
+
+
+# ------------------------------------------------------------------------------------- 2. S4D stacks
+
+
+def _no_dropout(*args, **kwargs):
+    raise NotImplementedError("this benchmark runs the S4 authors' S4D without dropout")
+
+
+def load_s4_peer(path: Path):
+    """The S4D class of the S4 authors' models/s4/s4d.py at `path`. Their file imports DropoutNd from their
+    repository's src/ (used only with dropout > 0): a stand-in is put there while it loads, unless src/ imports."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; put models/s4/s4d.py of github.com/state-spaces/s4 there")
+    stand_in = {}
+    if importlib.util.find_spec("src") is None:
+        stand_in = {name: types.ModuleType(name) for name in ("src", "src.models", "src.models.nn")}
+        stand_in["src.models.nn"].DropoutNd = _no_dropout
+    with mock.patch.dict(sys.modules, stand_in):
+        spec = importlib.util.spec_from_file_location("s4_authors_s4d", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module.S4D
+
+
+class OutputOnly(nn.Module):
+    """A module returning (y, state) seen as one returning y."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)[0]
+
+
+def peer_s4d_model(path: Path, s: dict) -> nn.Module:
+    """example.py's backbone (scripts/peer_recipe_check.py's PeerModel) around the S4 authors' own S4D layers."""
+    s4d = load_s4_peer(path)
+    spec = importlib.util.spec_from_file_location("peer_recipe_check", REPO / "scripts" / "peer_recipe_check.py")
+    prc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prc)
+    model = prc.PeerModel(s["d_input"], s["n_classes"], s["d_model"], s["n_layers"], dropout=0.0, d_state=s["d_state"])
+    model.layers = nn.ModuleList(OutputOnly(s4d(s["d_model"], d_state=s["d_state"], transposed=True))
+                                 for _ in range(s["n_layers"]))
+    return model
+
+
+def part_s4d(args, size: dict, device: torch.device) -> list[dict]:
+    """Training steps of seqssm's simple-s4d beside the S4 authors' S4D stack (module docstring, part 2)."""
+    from seqssm.models import SequenceModel, model_config
+
+    s = size["s4d"]
+    gen = torch.Generator(device).manual_seed(2)
+    x = torch.randn(s["batch"], s["length"], s["d_input"], device=device, generator=gen)
+    labels = torch.randint(0, s["n_classes"], (s["batch"],), device=device, generator=gen)
+    torch.manual_seed(0)
+    models = load_contenders({
+        S4D_SEQSSM: lambda: SequenceModel(model_config(
+            "simple-s4d", d_input=s["d_input"], n_classes=s["n_classes"], d_model=s["d_model"],
+            n_layers=s["n_layers"], d_state=s["d_state"], dropout=0.0)).to(device),
+        S4D_PEER: lambda: peer_s4d_model(Path(args.s4_peer), s).to(device),
+    })
+    entries, resident = {}, {}
+    for name, model in models.items():
+        if isinstance(model, str):
+            entries[name] = model
+            continue
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=device.type == "cuda")
+        entries[name] = train_step(model.train(), model, optimizer, x, labels, device, autocast=False)
+        resident[name] = (model, optimizer)
+    log(f"s4d: batch {s['batch']} x length {s['length']}, d_model {s['d_model']}, {s['n_layers']} layers, "
+        f"N {s['d_state']}")
+    results = compete(entries, device, args.warmup, args.rounds, args.iters)
+    # resident after the warm-up: AdamW's state exists from the first step on
+    kept = {name: resident_bytes(*objs) for name, objs in resident.items()}
+    return training_rows("s4d", results, {n: (s["batch"], s["length"]) for n in entries}, kept)
+
+
+# ------------------------------------------------------------------------------------- 3. generation
+
+
+def first_divergence(tokens: torch.Tensor, reference: torch.Tensor) -> int | None:
+    """The first new-token index where any sequence of `tokens` differs from `reference` (both (B, n)); None if none."""
+    n = min(tokens.shape[1], reference.shape[1])
+    differ = (tokens[:, :n].cpu() != reference[:, :n].cpu()).any(0).nonzero()
+    if len(differ):
+        return int(differ[0])
+    return None if tokens.shape == reference.shape else n
+
+
+def part_generate(args, size: dict, folder: Path, device: torch.device) -> list[dict]:
+    """Greedy generation (module docstring, part 3)."""
+    dtype = getattr(torch, args.gen_dtype)
+    models = lm_models(folder, device, dtype)
+    for model in models.values():
+        if not isinstance(model, str):
+            model.eval()
+    prompt_len, new = size["prompt"], size["new_tokens"]
+
+    def seqssm_gen(graph: bool):
+        model = models[SEQSSM]
+        if isinstance(model, str):
+            return model
+        try:
+            if graph:
+                needs_cuda(device, "cuda_graph=True")
+        except Exception as err:
+            return error_text(err)
+        return lambda p: model.generate(p, new, temperature=0, cuda_graph=graph)
+
+    def mamba_gen():
+        model = models[MAMBA_SSM]
+        return model if isinstance(model, str) else (
+            lambda p: model.generate(p, max_length=prompt_len + new, cg=True, top_k=1))
+
+    def hf_gen(kernels: bool):
+        model = models["transformers"]
+        if isinstance(model, str):
+            return model
+        try:
+            if kernels:
+                check_hf_kernels(device)
+        except Exception as err:
+            return error_text(err)
+        context = contextlib.nullcontext if kernels else hf_torch_path
+
+        def run(p):
+            with context():
+                return model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=new, do_sample=False)
+
+        return run
+
+    generators = {SEQSSM: seqssm_gen(False), SEQSSM_GRAPH: seqssm_gen(True), MAMBA_SSM: mamba_gen(),
+                  HF_KERNELS: hf_gen(True), HF_TORCH: hf_gen(False)}
+    rows = []
+    for batch in size["gen_batches"]:
+        prompt = torch.randint(0, size["vocab_size"], (batch, prompt_len), device=device,
+                               generator=torch.Generator(device).manual_seed(3 + batch))
+        outputs = {}
+
+        def entry(name):
+            fn = generators[name]
+            if isinstance(fn, str):
+                return fn
+
+            def run():
+                with torch.no_grad():
+                    outputs[name] = fn(prompt)[:, prompt_len:]
+
+            return run
+
+        log(f"generate: batch {batch}, prompt {prompt_len}, {new} new tokens, {args.gen_dtype}")
+        results = compete({name: entry(name) for name in generators}, device, 1, args.rounds, 1)
+        reference = outputs.get(SEQSSM)
+        for name, res in results.items():
+            row = {"part": "generate", "contender": name, "batch": batch, "prompt": prompt_len, "new_tokens": new,
+                   "dtype": args.gen_dtype, "ms": None, "tokens_per_s": None, "first_divergence": None,
+                   "compared": False, "error": res["error"]}
+            if res["error"] is None:
+                seconds = statistics.median(res["seconds"])
+                row.update(ms=1e3 * seconds, tokens_per_s=batch * new / seconds)
+                if reference is not None and name != SEQSSM:
+                    row.update(compared=True, first_divergence=first_divergence(outputs[name], reference))
+            rows.append(row)
+    del models, generators
+    free_memory()
+    return rows
+
+
+# ------------------------------------------------------------------------------------- output
+
+
+def environment(device: torch.device) -> dict:
+    """Versions and the device, and which packages import (their error where one does not)."""
+    env = {"python": sys.version.split()[0], "torch": torch.__version__, "device": str(device),
+           "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "torch_threads": torch.get_num_threads()}
+    for package in ("transformers", "mamba_ssm", "causal_conv1d", "triton"):
+        try:
+            env[package] = getattr(__import__(package), "__version__", "installed")
+        except Exception as err:
+            env[package] = f"not usable: {error_text(err)}"
+    try:
+        env["transformers_mamba_binding"] = hf_kernel_binding()
+    except Exception as err:
+        env["transformers_mamba_binding"] = error_text(err)
+    return env
+
+
+def _cell(value, digits: int = 1) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown(result: dict) -> str:
+    """The result as markdown tables, one per part."""
+    env, lines = result["environment"], []
+    lines.append(f"bench_models on {env['device_name']} (torch {env['torch']}, transformers {env['transformers']}, "
+                 f"mamba_ssm {env['mamba_ssm']}, causal_conv1d {env['causal_conv1d']}), size {result['settings']['size']}, "
+                 f"medians of {result['settings']['rounds']} alternated rounds.\n")
+    titles = {"train": "Training step (bf16 autocast on CUDA, float32 on CPU)", "s4d": "S4D stacks, training step "
+              "(float32)"}
+    for part in ("train", "s4d"):
+        lines += [f"### {titles[part]}\n", "| contender | batch x length | step ms | tokens/s | peak MB | error |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['contender']} | {r['batch']} x {r['length']} | {_cell(r['step_ms'], 2)} | "
+                  f"{_cell(r['tokens_per_s'], 0)} | {_cell(r['peak_mb'], 0)} | {r['error'] or ''} |"
+                  for r in result[part]]
+        lines.append("")
+    lines += ["### Greedy generation (tokens/s = batch x new tokens / whole call, prompt included)\n",
+              "| contender | batch | prompt + new | dtype | ms | tokens/s | first step off seqssm's tokens | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in result["generate"]:
+        same = ("none" if r["first_divergence"] is None else str(r["first_divergence"])) if r["compared"] else ""
+        lines.append(f"| {r['contender']} | {r['batch']} | {r['prompt']} + {r['new_tokens']} | {r['dtype']} | "
+                     f"{_cell(r['ms'], 1)} | {_cell(r['tokens_per_s'], 0)} | {same} | {r['error'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", required=True, help="folder for bench_models.json and bench_models.md")
+    p.add_argument("--size", choices=sorted(SIZES), default=None, help="default: 130m on CUDA, tiny on CPU")
+    p.add_argument("--parts", nargs="+", choices=("train", "s4d", "generate"), default=["train", "s4d", "generate"])
+    for name in ("batch", "length", "torch-path-length", "prompt", "new-tokens"):
+        p.add_argument(f"--{name}", type=int, default=None, help="default: the size's")
+    p.add_argument("--gen-batches", type=int, nargs="+", default=None, help="default: the size's")
+    p.add_argument("--gen-dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--warmup", type=int, default=2, help="untimed training steps per contender first")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--iters", type=int, default=3, help="training steps timed together per round")
+    p.add_argument("--s4-peer", default=str(REPO / ".peers" / "s4d.py"),
+                   help="the S4 authors' models/s4/s4d.py (state-spaces/s4); its row is an error when missing")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device here")
+    for name in ("warmup", "rounds", "iters"):
+        if getattr(args, name) < (0 if name == "warmup" else 1):
+            p.error(f"--{name} must be >= {0 if name == 'warmup' else 1}")
+    args.size = args.size or ("130m" if args.device == "cuda" else "tiny")
+    return args
+
+
+def resolve_size(args) -> dict:
+    """The size's settings with the command line's changes."""
+    size = {**SIZES[args.size], "s4d": dict(SIZES[args.size]["s4d"])}
+    for key in ("batch", "length", "torch_path_length", "prompt", "new_tokens", "gen_batches"):
+        if getattr(args, key) is not None:
+            size[key] = getattr(args, key)
+    return size
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    size = resolve_size(args)
+    with contextlib.suppress(ImportError):
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # its per-call warnings (fallbacks, generation flags)
+        transformers.logging.disable_progress_bar()
+    env = environment(device)
+    log(f"{env['device_name']}, torch {env['torch']}, size {args.size}: {json.dumps(size)}")
+    result = {"settings": {**vars(args), "resolved": size}, "environment": env, "train": [], "s4d": [],
+              "generate": []}
+    with tempfile.TemporaryDirectory(prefix="bench_models-") as tmp:
+        folder = Path(tmp) / "weights"
+        if {"train", "generate"} & set(args.parts):
+            log("writing the shared weights")
+            write_weights(size, folder)
+        for part in ("train", "s4d", "generate"):
+            if part in args.parts:
+                result[part] = {"train": lambda: part_train(args, size, folder, device),
+                                "s4d": lambda: part_s4d(args, size, device),
+                                "generate": lambda: part_generate(args, size, folder, device)}[part]()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_models.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "bench_models.md").write_text(markdown(result))
+    print(markdown(result), flush=True)
+    log(f"wrote {out / 'bench_models.json'} and {out / 'bench_models.md'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

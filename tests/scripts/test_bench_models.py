@@ -1,0 +1,100 @@
+"""scripts/bench_models.py: a tiny CPU run writes a row for every contender of every part (its numbers or its error),
+transformers' torch path is switched on and off, and generated tokens are compared step by step."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).parents[2]
+
+# A stand-in for the S4 authors' models/s4/s4d.py with its interface and its import from their repository's src/.
+STAND_IN_PEER = '''
+import torch
+from torch import nn
+from src.models.nn import DropoutNd
+
+
+class S4D(nn.Module):
+    def __init__(self, d_model, d_state=64, dropout=0.0, transposed=True, **kernel_args):
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(d_model, 1, 4) * 0.1)
+        self.output_linear = nn.Sequential(nn.Conv1d(d_model, 2 * d_model, kernel_size=1), nn.GLU(dim=-2))
+
+    def forward(self, u, **kwargs):
+        L = u.shape[-1]
+        y = nn.functional.conv1d(nn.functional.pad(u, (3, 0)), self.kernel, groups=u.shape[1])[..., :L]
+        return self.output_linear(nn.functional.gelu(y)), None
+'''
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_models", REPO / "scripts" / "bench_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_tiny_cpu_run_has_every_contender(bench, tmp_path):
+    peer = tmp_path / "s4d.py"
+    peer.write_text(STAND_IN_PEER)
+    bench.main(["--device", "cpu", "--size", "tiny", "--out", str(tmp_path / "out"), "--warmup", "0", "--rounds", "1",
+                "--iters", "1", "--new-tokens", "3", "--gen-batches", "2", "--s4-peer", str(peer)])
+    result = json.loads((tmp_path / "out" / "bench_models.json").read_text())
+    assert (tmp_path / "out" / "bench_models.md").read_text().count("\n|") > 10
+    expected = {
+        "train": {bench.SEQSSM, bench.SEQSSM_TRITON, bench.MAMBA_SSM, bench.HF_KERNELS, bench.HF_TORCH},
+        "s4d": {bench.S4D_SEQSSM, bench.S4D_PEER},
+        "generate": {bench.SEQSSM, bench.SEQSSM_GRAPH, bench.MAMBA_SSM, bench.HF_KERNELS, bench.HF_TORCH},
+    }
+    for part, names in expected.items():
+        rows = {r["contender"]: r for r in result[part]}
+        assert set(rows) == names, part
+        for row in rows.values():
+            assert (row["error"] is None) == (row["tokens_per_s"] is not None), row
+    # What runs on any CPU has numbers; what needs CUDA says so.
+    for part, name in [("train", bench.SEQSSM), ("train", bench.HF_TORCH), ("s4d", bench.S4D_SEQSSM),
+                       ("s4d", bench.S4D_PEER), ("generate", bench.SEQSSM), ("generate", bench.HF_TORCH)]:
+        row = next(r for r in result[part] if r["contender"] == name)
+        assert row["tokens_per_s"] > 0, row
+    for part, name in [("train", bench.MAMBA_SSM), ("generate", bench.SEQSSM_GRAPH), ("generate", bench.HF_KERNELS)]:
+        assert "needs a CUDA device" in next(r for r in result[part] if r["contender"] == name)["error"]
+    # The same weights and greedy decoding: transformers' torch path gives seqssm's tokens.
+    hf = next(r for r in result["generate"] if r["contender"] == bench.HF_TORCH)
+    assert hf["compared"] and hf["first_divergence"] is None
+
+
+def test_a_missing_peer_is_a_row_with_its_error(bench, tmp_path):
+    missing = tmp_path / "nowhere" / "s4d.py"
+    result = bench.main(["--device", "cpu", "--size", "tiny", "--parts", "s4d", "--out", str(tmp_path), "--warmup",
+                         "0", "--rounds", "1", "--iters", "1", "--s4-peer", str(missing)])
+    peer = next(r for r in result["s4d"] if r["contender"] == bench.S4D_PEER)
+    assert f"{missing}: no such file" in peer["error"] and peer["tokens_per_s"] is None
+    assert next(r for r in result["s4d"] if r["contender"] == bench.S4D_SEQSSM)["tokens_per_s"] > 0
+
+
+def test_the_torch_path_swaps_in_transformers_own_functions_and_back(bench):
+    import transformers.models.mamba.modeling_mamba as mm
+
+    before = {name: getattr(mm, name) for name in bench.HF_KERNEL_FUNCTIONS}
+    with bench.hf_torch_path():
+        for name, fn in before.items():
+            inside = getattr(mm, name)
+            assert inside is inspect.unwrap(fn) and inside.__module__ == mm.__name__
+    assert {name: getattr(mm, name) for name in bench.HF_KERNEL_FUNCTIONS} == before
+    # Without mamba_ssm / causal_conv1d transformers binds its own functions, and the kernel row refuses to run.
+    if not any(importlib.util.find_spec(p) for p in ("mamba_ssm", "causal_conv1d")):
+        assert set(bench.hf_kernel_binding().values()) == {mm.__name__}
+
+
+def test_first_divergence(bench):
+    ref = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    assert bench.first_divergence(ref.clone(), ref) is None
+    assert bench.first_divergence(torch.tensor([[1, 2, 3, 4], [5, 6, 0, 8]]), ref) == 2
+    assert bench.first_divergence(ref[:, :3], ref) == 3  # stopped early
