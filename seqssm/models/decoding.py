@@ -10,6 +10,8 @@ graph decode draws from the same generator in the same order as the eager one an
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 
@@ -25,6 +27,25 @@ def _clone(state):
     if isinstance(state, (tuple, list)):
         return type(state)(_clone(part) for part in state)
     return state.clone()
+
+
+@contextlib.contextmanager
+def _sync_check(enabled: bool):
+    """Inside (when enabled), an operation that makes the CPU wait for the GPU raises a RuntimeError."""
+    if not enabled:
+        yield
+        return
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    except RuntimeError as err:
+        if "synchroniz" not in str(err):
+            raise
+        raise RuntimeError(f"cuda_graph=True: a decoding step of this model makes the CPU wait for the GPU ({err}), so "
+                           "it cannot be captured as a CUDA graph; generate without cuda_graph") from err
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
 
 
 class StaticDecoder:
@@ -61,14 +82,17 @@ class StaticDecoder:
         return logits
 
     def capture(self, warmups: int = 2) -> None:
-        """Record the step as a CUDA graph, after `warmups` eager runs on a side stream (they allocate workspaces and
-        fill the weight caches of `frozen_weights`, which a capture may not do); the state is restored afterwards."""
+        """Record the step as a CUDA graph, after `warmups` (>= 1) eager runs on a side stream (they allocate
+        workspaces and fill the weight caches of `frozen_weights`, which a capture may not do); the state is restored
+        afterwards. A step that waits for the GPU (reads a value on the CPU) cannot be recorded: the last warm-up
+        runs with CUDA's sync check on and refuses it, before a failed capture could leave CUDA unusable."""
         saved = _clone(self.state)
         side = torch.cuda.Stream(device=self.tokens.device)
         side.wait_stream(torch.cuda.current_stream(self.tokens.device))
         with torch.cuda.stream(side):
-            for _ in range(warmups):
-                self._run()
+            for i in range(warmups):
+                with _sync_check(i + 1 == warmups):
+                    self._run()
         torch.cuda.current_stream(self.tokens.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
