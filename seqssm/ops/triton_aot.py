@@ -3,9 +3,9 @@
     python -m seqssm.ops.triton_aot [--tier quick|full] [--arch 80 90] [--markdown docs/gpu.md]
 
 Triton's interpreter runs a kernel body as Python and hides compile errors, register pressure and
-spills. Here the Triton backends' own launchers run on `meta` tensors, as the layers call them
-(forward, and backward where gradients are asked for), with each kernel launch intercepted
-instead of run. Every captured launch is expanded over its autotuner's configs and compiled with
+spills. Here the implementations of the Triton backends' custom ops run on `meta` tensors, as the
+layers call them (forward, and backward where gradients are asked for), with each kernel launch
+intercepted instead of run. Every captured launch is expanded over its autotuner's configs and compiled with
 `JITFunction.warmup` under a stand-in driver that names the target (sm_80, sm_90), down to cubin
 with the ptxas inside the triton wheel. Registers, stack and shared memory are read off the cubin
 (`cuobjdump --dump-resource-usage`), spill bytes off ptxas's report.
@@ -60,45 +60,49 @@ def _leaf(*shape, dtype, grad):
 
 
 def _selective_call(case: Case) -> None:
-    from seqssm.ops.triton_scan import selective_scan_triton
+    """The forward and, with `grad`, the backward implementation of the Triton selective scan, as its custom
+    ops run them (their fake versions run on meta tensors instead, launching nothing)."""
+    from seqssm.ops import triton_scan
 
     s, f, dt = case.sizes, case.flags, case.dtype
     b, d, n, length, groups = s["batch"], s["dim"], s["N"], s["L"], s.get("groups", 0)
     param = torch.float64 if dt == torch.float64 else torch.float32
-    grad = case.grad
 
     def seq(*shape):  # (..., L) in memory order (..., L, channels) when channels_last, as S6 passes it
         if "channels_last" in f:
-            return _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=grad).transpose(-1, -2)
-        return _leaf(*shape, dtype=dt, grad=grad)
+            return _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=False).transpose(-1, -2)
+        return _leaf(*shape, dtype=dt, grad=False)
 
     bc = (b, n, length) if groups == 0 else (b, groups, n, length)
-    B = _leaf(d, n, dtype=param, grad=grad) if "B_invariant" in f else seq(*bc)
-    C = _leaf(d, n, dtype=param, grad=grad) if "C_invariant" in f else seq(*bc)
+    B = _leaf(d, n, dtype=param, grad=False) if "B_invariant" in f else seq(*bc)
+    C = _leaf(d, n, dtype=param, grad=False) if "C_invariant" in f else seq(*bc)
     masked = "mask" in f  # S6 with a mask: Δ arrives after softplus, with no bias
-    y, last = selective_scan_triton(
-        seq(b, d, length), seq(b, d, length), _leaf(d, n, dtype=param, grad=grad), B, C,
-        _leaf(d, dtype=param, grad=grad), seq(b, d, length), None if masked else _leaf(d, dtype=param, grad=grad),
-        not masked, True,
-        initial_state=_leaf(b, d, n, dtype=param, grad=grad) if "state" in f else None,
-        resets=torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None,
-    )
-    if grad:
-        (y.sum() + (last.sum() if "state" in f else 0)).backward()
+    u, delta, z, B, C = triton_scan.kernel_layout(seq(b, d, length), seq(b, d, length), seq(b, d, length), B, C)
+    A, D = _leaf(d, n, dtype=param, grad=False), _leaf(d, dtype=param, grad=False)
+    bias = None if masked else _leaf(d, dtype=param, grad=False)
+    h0 = _leaf(b, d, n, dtype=param, grad=False) if "state" in f else None
+    resets = torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None
+    y, last, starts = triton_scan.selective_forward(u, delta, A, B, C, D, z, bias, h0, resets, not masked,
+                                                    "state" in f, case.grad)
+    if case.grad:
+        triton_scan.selective_backward(torch.empty_like(y), torch.empty_like(last) if "state" in f else None, u,
+                                       delta, A, B, C, D, z, bias, resets, starts, not masked, h0 is not None)
 
 
 def _linear_call(case: Case) -> None:
-    from seqssm.ops.triton_scan import linear_scan_triton
+    """The forward and, with `grad`, the backward implementation of the Triton linear scan."""
+    from seqssm.ops import triton_scan
 
     s, f = case.sizes, case.flags
     b, length, feat = s["batch"], s["L"], s["F"]
-    a = _leaf(1 if "broadcast" in f else b, 1 if "broadcast" in f else length, feat, dtype=case.dtype, grad=case.grad)
-    x = _leaf(b, length, feat, dtype=case.dtype, grad=case.grad)
-    h0 = _leaf(b, feat, dtype=case.dtype, grad=case.grad) if "state" in f else None
+    a = _leaf(1 if "broadcast" in f else b, 1 if "broadcast" in f else length, feat, dtype=case.dtype, grad=False)
+    a = a.expand(b, length, feat)
+    x = _leaf(b, length, feat, dtype=case.dtype, grad=False)
+    h0 = _leaf(b, feat, dtype=case.dtype, grad=False) if "state" in f else None
     resets = torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None
-    h = linear_scan_triton(a, x, h0, resets)
+    h = triton_scan.linear_forward(a, x, h0, resets)
     if case.grad:
-        (h.real if h.is_complex() else h).sum().backward()
+        triton_scan.linear_backward(torch.empty_like(h), a, h0, resets, h)
 
 
 # The shapes the project runs: the Ulbaek 2024 thesis models (batch 32, d_inner 232, N 16, L 16384),
@@ -187,37 +191,23 @@ class Launch:
         return (self.kernel_name, tuple(spec(a) for a in self.args), tuple(sorted(self.kwargs.items())))
 
 
-class _Recorder:
-    """Stands in for the compiled-kernels module of `triton_scan`: `kernel[grid](...)` records a Launch."""
-
-    def __init__(self, kernels, launches: list, case: Case):
-        self._kernels, self._launches, self._case = kernels, launches, case
-
-    def __getattr__(self, name):
-        kernel = getattr(self._kernels, name)
-
-        class _Grid:
-            def __getitem__(_, grid):
-                def launch(*args, **kwargs):
-                    self._launches.append(Launch(name, kernel, grid, args, kwargs, self._case))
-                return launch
-
-        return _Grid()
-
-
 def capture(case: Case) -> list[Launch]:
     """The kernel launches `case` makes, none of them run."""
     from seqssm.ops import triton_scan
 
     launches: list[Launch] = []
-    recorder = _Recorder(triton_scan._kernels(False), launches, case)
-    original = triton_scan._for
-    triton_scan._for = lambda device: (recorder, False)
+
+    def record(kernel, grid, *args, **kwargs):
+        jit = kernel.fn if hasattr(kernel, "configs") else kernel
+        launches.append(Launch(jit.__name__, kernel, grid, args, kwargs, case))
+
+    originals = triton_scan._for, triton_scan._launch
+    triton_scan._for = lambda device: (triton_scan._kernels(False), False)
+    triton_scan._launch = record
     try:
-        with torch.enable_grad():
-            case.run()
+        case.run()
     finally:
-        triton_scan._for = original
+        triton_scan._for, triton_scan._launch = originals
     return launches
 
 

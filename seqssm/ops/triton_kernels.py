@@ -219,7 +219,7 @@ def linear_scan_bwd(
 # chunks lives in the kernel's (batch, dim, N) outputs ("slots"), each read and written by its own
 # program only; a single chunk with no initial state (HAS_CARRY false) reads none.
 
-LOG2E: tl.constexpr = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -283,8 +283,8 @@ def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, 
                   s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr,
                   HAS_SLOT: tl.constexpr, ACC: tl.constexpr):
     # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,; zeros
-    # without HAS_SLOT); zeros past the last state. The forward loads them one state ahead, so that their
-    # latency hides behind the previous state's scan.
+    # without HAS_SLOT); zeros past the last state. (Loading them one state ahead costs two tiles of
+    # registers; other programs on the multiprocessor hide their latency instead.)
     mask_d = _and_below(mask_d, n, n_state)
     mask_t = _and_below(mask_t, n, n_state)
     A_n = tl.load(A_ptr + d * s_Ad + n * s_An, mask=mask_d, other=0.0).to(ACC)
@@ -352,6 +352,17 @@ def _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST: tl.c
 
 
 @triton.jit
+def _scan_grad(gy_ptr, out_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z: tl.constexpr,
+               FAST: tl.constexpr, ACC: tl.constexpr):
+    # The gradient of the scan's output y (before the gate) on the chunk's tile: dL/d(output) silu(z).
+    gy = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
+    if HAS_Z:
+        z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
+        gy = gy * z * gate
+    return gy
+
+
+@triton.jit
 def _per_channel(ptr, d, mask_d, HAS: tl.constexpr, ACC: tl.constexpr):
     # A (dim,) parameter on this program's channels (BLOCK_D,), zeros when absent.
     value = tl.full([d.shape[0]], 0.0, ACC)
@@ -407,12 +418,9 @@ def selective_scan_fwd(
         starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
         if HAS_CARRY:
             tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
-        A_n, B_n, C_n, h_n = _state_inputs(0, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots,
-                                           rows, mask_d, mask_t, s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct,
-                                           B_VARIABLE, C_VARIABLE, HAS_CARRY, ACC)
         for n in range(n_state):
-            A_next, B_next, C_next, h_next = _state_inputs(
-                n + 1, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots, rows, mask_d, mask_t,
+            A_n, B_n, C_n, h_n = _state_inputs(
+                n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots, rows, mask_d, mask_t,
                 s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, HAS_CARRY, ACC)
             if STORE_STARTS:
                 tl.store(starts + n, h_n, mask=mask_d)
@@ -427,7 +435,6 @@ def selective_scan_fwd(
                 if HAS_CARRY:
                     tl.debug_barrier()  # every thread has read slot n before it is written
                 _store_column(last_ptr, slots, n, hs, rows, BLOCK_T - 1, mask_d)
-            A_n, B_n, C_n, h_n = A_next, B_next, C_next, h_next
         if HAS_Z:
             z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
             y *= z * gate
@@ -485,11 +492,7 @@ def selective_scan_bwd(
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         out_off = (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :]
-        gout = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
-        gy = gout
-        if HAS_Z:
-            z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
-            gy = gout * z * gate
+        gy = _scan_grad(gy_ptr, out_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
         grad_D += _sum(gy * u, axis=1)
         dtu = dt * u
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
@@ -546,6 +549,9 @@ def selective_scan_bwd(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         if HAS_Z:
+            # z and dL/d(output) loaded again rather than held through the loop over states.
+            gout = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
+            z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
             # silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z)))
             tl.store(gz_ptr + out_off, (gout * (y + D[:, None] * u) * gate * (1.0 + z * (1.0 - gate)))
                      .to(gz_ptr.dtype.element_ty), mask=mask)

@@ -32,12 +32,14 @@ _LINEAR_BLOCK_F = 32
 # bounds. A long chunk keeps several consecutive steps in each thread, which the scans walk sequentially in
 # registers; the chunk's start states are what the backward pass keeps, float32 (batch, dim, N) each. The
 # interpreter's bound is small, so that tests cross chunk boundaries on short sequences.
-SELECTIVE_MAX_CHUNK = 2048
+SELECTIVE_MAX_CHUNK = 1024
 SELECTIVE_INTERPRETED_CHUNK = 64
 _SELECTIVE_MIN_CHUNK = 16
-# Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds a few tiles,
-# the backward (two scans, three accumulators) over twice as many.
-_SELECTIVE_PER_THREAD = {"fwd": (8, 16), "bwd": (4, 8)}
+# Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds about 8
+# tiles, the backward (two scans, three accumulators) about 15, which at 8 elements per thread is more
+# than ptxas's budget. A whole chunk in one warp scans without barriers; longer chunks per program keep
+# fewer partial sums.
+_SELECTIVE_PER_THREAD = {"fwd": (4, 8), "bwd": (2, 4)}
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
@@ -77,7 +79,7 @@ def selective_configs(direction: str, block_t: int) -> list[tuple[int, int]]:
     """(BLOCK_D, num_warps) pairs the autotuner of the selective `direction` ("fwd" or "bwd") tries for chunks
     of `block_t` steps: those holding the elements per thread of _SELECTIVE_PER_THREAD."""
     pairs = []
-    for warps in (1, 2, 4, 8) if direction == "fwd" else (1, 2, 4, 8, 16):
+    for warps in (1, 2, 4, 8):
         for per_thread in _SELECTIVE_PER_THREAD[direction]:
             block_d, rest = divmod(per_thread * 32 * warps, block_t)
             if not rest and 1 <= block_d <= 16:
@@ -160,13 +162,28 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
                 length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
 
 
-@torch.library.custom_op("seqssm::linear_scan_triton", mutates_args=())
-def _linear_scan_op(a: Tensor, b: Tensor, h0: Tensor | None, resets: Tensor | None) -> Tensor:
-    """a (B, L, F) (any strides: a broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None, resets
-    (B, L) bool or None -> h (B, L, F), all of one real or complex dtype."""
+def linear_forward(a, b, h0, resets):
+    """The forward op's implementation (the compile check calls it on meta tensors): a (B, L, F) (any strides:
+    a broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None, resets (B, L) bool or None -> h
+    (B, L, F), all of one real or complex dtype."""
     h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
     _linear_launch("fwd", a, b, h0, resets, h)
     return h
+
+
+def linear_backward(grad_h, a, h0, resets, h):
+    """The backward op's implementation -> (grad a (B, L, F), grad b, grad h0 (empty without h0))."""
+    grad_h = grad_h.contiguous()
+    grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
+    grad_h0 = torch.empty_like(h0) if h0 is not None else _empty(h)
+    _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0 if h0 is not None else None)
+    return grad_a, grad_b, grad_h0
+
+
+@torch.library.custom_op("seqssm::linear_scan_triton", mutates_args=())
+def _linear_scan_op(a: Tensor, b: Tensor, h0: Tensor | None, resets: Tensor | None) -> Tensor:
+    """`linear_forward` as an op."""
+    return linear_forward(a, b, h0, resets)
 
 
 @_linear_scan_op.register_fake
@@ -177,12 +194,8 @@ def _(a, b, h0, resets):
 @torch.library.custom_op("seqssm::linear_scan_triton_backward", mutates_args=())
 def _linear_scan_backward_op(grad_h: Tensor, a: Tensor, h0: Tensor | None, resets: Tensor | None,
                              h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The gradients of `linear_scan_triton` -> (grad a (B, L, F), grad b, grad h0 (empty without h0))."""
-    grad_h = grad_h.contiguous()
-    grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
-    grad_h0 = torch.empty_like(h0) if h0 is not None else _empty(h)
-    _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0 if h0 is not None else None)
-    return grad_a, grad_b, grad_h0
+    """`linear_backward` as an op."""
+    return linear_backward(grad_h, a, h0, resets, h)
 
 
 @_linear_scan_backward_op.register_fake
@@ -292,13 +305,9 @@ def _compute(u: Tensor) -> torch.dtype:
     return torch.promote_types(u.dtype, torch.float32)
 
 
-@torch.library.custom_op("seqssm::selective_scan_triton", mutates_args=())
-def _selective_scan_op(
-    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
-    delta_bias: Tensor | None, initial_state: Tensor | None, resets: Tensor | None, softplus: bool,
-    return_last_state: bool, store_starts: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """u, delta, z (b, dim, L); A (dim, N); B, C variable or time-invariant; D, delta_bias (dim,); initial_state
+def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, return_last_state,
+                       store_starts):
+    """The forward op's implementation (the compile check calls it on meta tensors): u, delta, z (b, dim, L); A (dim, N); B, C variable or time-invariant; D, delta_bias (dim,); initial_state
     (b, dim, N); resets (b, L) bool -> y = (scan + D u) silu(z) (b, dim, L) in u's dtype; the last state
     (b, dim, N) in the compute dtype (float32, or float64 for float64 u), empty unless return_last_state; and,
     with store_starts, the state entering every chunk (b, chunks, dim, N) for the backward pass (empty where
@@ -322,6 +331,17 @@ def _selective_scan_op(
     return y, last if return_last_state else _empty(last), starts
 
 
+@torch.library.custom_op("seqssm::selective_scan_triton", mutates_args=())
+def _selective_scan_op(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
+    delta_bias: Tensor | None, initial_state: Tensor | None, resets: Tensor | None, softplus: bool,
+    return_last_state: bool, store_starts: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`selective_forward` as an op."""
+    return selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus,
+                             return_last_state, store_starts)
+
+
 @_selective_scan_op.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, return_last_state, store_starts):
     batch, dim, length = u.shape
@@ -334,14 +354,10 @@ def _(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, retu
     return y, last, starts
 
 
-@torch.library.custom_op("seqssm::selective_scan_triton_backward", mutates_args=())
-def _selective_scan_backward_op(
-    grad_y: Tensor, grad_last: Tensor | None, u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
-    D: Tensor | None, z: Tensor | None, delta_bias: Tensor | None, resets: Tensor | None, starts: Tensor,
-    softplus: bool, has_initial_state: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The gradients of `selective_scan_triton` -> (u, delta, A, B, C, D, z, delta_bias, initial state), each
-    in its input's dtype, empty for an absent input."""
+def selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, softplus,
+                       has_initial_state):
+    """The backward op's implementation: the gradients of `selective_forward` -> (u, delta, A, B, C, D, z,
+    delta_bias, initial state), each in its input's dtype, empty for an absent input."""
     batch, dim, length = u.shape
     n = A.shape[1]
     groups = _groups(B, C)
@@ -381,6 +397,17 @@ def _selective_scan_backward_op(
     )
 
 
+@torch.library.custom_op("seqssm::selective_scan_triton_backward", mutates_args=())
+def _selective_scan_backward_op(
+    grad_y: Tensor, grad_last: Tensor | None, u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+    D: Tensor | None, z: Tensor | None, delta_bias: Tensor | None, resets: Tensor | None, starts: Tensor,
+    softplus: bool, has_initial_state: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`selective_backward` as an op."""
+    return selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, softplus,
+                              has_initial_state)
+
+
 @_selective_scan_backward_op.register_fake
 def _(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, softplus, has_initial_state):
     compute = _compute(u)
@@ -418,16 +445,22 @@ def _selective_backward(ctx, grad_y, grad_last, _):
 _selective_scan_op.register_autograd(_selective_backward, setup_context=_selective_setup)
 
 
+def kernel_layout(u, delta, z, B, C):
+    """u, delta, z, B, C as the kernels read them best: time-contiguous u, Δ and z, and B, C (small: no channel
+    axis) in the compute dtype, as mamba_ssm's kernel does; channels-last tiles would need a layout change in
+    registers."""
+    u, delta, z = (x.contiguous() if x is not None and x.stride(-1) != 1 else x for x in (u, delta, z))
+    B, C = (M.to(_compute(u)).contiguous() if M.ndim > 2 else M for M in (B, C))
+    return u, delta, z, B, C
+
+
 def selective_scan_triton(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
     """Triton `selective_scan` (same arguments and results as the reference), D and z applied in the kernel."""
     resets = resets.to(device=u.device, dtype=torch.bool) if resets is not None else None
-    # The kernels read time-contiguous tiles of u, Δ and z, and float32 B, C (small: no channel axis), as
-    # mamba_ssm's kernel does; channels-last tiles would need a layout change in registers.
-    u, delta, z = (x.contiguous() if x is not None and x.stride(-1) != 1 else x for x in (u, delta, z))
-    B, C = (M.to(_compute(u)).contiguous() if M.ndim > 2 else M for M in (B, C))
+    u, delta, z, B, C = kernel_layout(u, delta, z, B, C)
     floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in floats)
     y, last, _ = _selective_scan_op(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, delta_softplus,

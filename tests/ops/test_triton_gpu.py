@@ -10,7 +10,7 @@ triton = pytest.importorskip("triton", reason="triton (the [triton] extra) is no
 import triton.language as tl  # noqa: E402
 
 from seqssm.ops import linear_scan, selective_scan  # noqa: E402
-from seqssm.ops.triton_scan import SELECTIVE_BWD_CONFIGS, SELECTIVE_CHUNK  # noqa: E402
+from seqssm.ops.triton_scan import SELECTIVE_MAX_CHUNK, selective_configs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -28,19 +28,19 @@ def _reverse_affine_scan(a_ptr, b_ptr, out_ptr, BLOCK_D: tl.constexpr, BLOCK_T: 
     tl.store(out_ptr + offs, g)
 
 
-@pytest.mark.parametrize("block_d,warps", SELECTIVE_BWD_CONFIGS)
+@pytest.mark.parametrize("block_d,warps", selective_configs("bwd", SELECTIVE_MAX_CHUNK))
 def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
     """g_t = b_t + a_{t+1} g_{t+1}, the adjoint recurrence, as a loop in float64 (the combine is not
     commutative, so a scan in the wrong order or direction fails)."""
     torch.manual_seed(0)
-    a = torch.rand(block_d, SELECTIVE_CHUNK, device="cuda") * 0.5 + 0.5
-    b = torch.randn(block_d, SELECTIVE_CHUNK, device="cuda")
+    a = torch.rand(block_d, SELECTIVE_MAX_CHUNK, device="cuda") * 0.5 + 0.5
+    b = torch.randn(block_d, SELECTIVE_MAX_CHUNK, device="cuda")
     out = torch.empty_like(b)
-    _reverse_affine_scan[(1,)](a, b, out, BLOCK_D=block_d, BLOCK_T=SELECTIVE_CHUNK, num_warps=warps)
+    _reverse_affine_scan[(1,)](a, b, out, BLOCK_D=block_d, BLOCK_T=SELECTIVE_MAX_CHUNK, num_warps=warps)
     # The scan pairs element t with the product of a up to and including t, from the end: g_t = b_t + a_t g_{t+1}.
     expected = torch.empty_like(b, dtype=torch.float64)
     g = torch.zeros(block_d, dtype=torch.float64, device="cuda")
-    for t in range(SELECTIVE_CHUNK - 1, -1, -1):
+    for t in range(SELECTIVE_MAX_CHUNK - 1, -1, -1):
         g = b[:, t].double() + a[:, t].double() * g
         expected[:, t] = g
     torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=1e-4)
@@ -49,7 +49,7 @@ def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
 def test_selective_gradients_match_the_torch_path_on_cuda():
     """Every gradient of a chained scan (initial state, resets, a used last state) against the torch path."""
     torch.manual_seed(0)
-    b, d, n, length = 2, 40, 16, 3 * SELECTIVE_CHUNK + 5
+    b, d, n, length = 2, 40, 16, 3 * SELECTIVE_MAX_CHUNK + 5
 
     def leaf(*shape, scale=1.0):
         return (torch.randn(*shape, device="cuda") * scale).requires_grad_()

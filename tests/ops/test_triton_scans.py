@@ -8,11 +8,16 @@ import torch
 from seqssm.ops import linear_scan, selective_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_CHUNK  # noqa: E402
+from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_INTERPRETED_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
        torch.float16: dict(atol=5e-3, rtol=5e-3)}
 DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+
+
+def _chunk(device) -> int:
+    """The selective scan's chunk on `device` (compiled kernels take longer chunks than the interpreter)."""
+    return SELECTIVE_INTERPRETED_CHUNK if device.type == "cpu" else SELECTIVE_MAX_CHUNK
 
 
 @pytest.fixture(params=DEVICES)
@@ -84,13 +89,15 @@ def test_linear_scan_triton_trailing_dims(device):
 
 # --------------------------------------------------------------------------------- selective scan
 
-# (L, groups (0: B, C are (batch, N, L)), time-invariant ("", "B", "C", "BC"), initial state, resets, softplus + bias)
+# (L ("chunk+1": one step past the device's chunk), groups (0: B, C are (batch, N, L)), time-invariant ("", "B",
+# "C", "BC"), initial state, resets, softplus + bias)
 SELECTIVE_CASES = [
     (1, 0, "", True, True, True),
     (17, 0, "", False, False, False),
     (17, 2, "", True, True, True),
-    (SELECTIVE_CHUNK + 1, 0, "", True, True, True),
-    (SELECTIVE_CHUNK + 1, 2, "B", True, True, True),
+    ("chunk+1", 0, "", True, True, True),
+    ("chunk+1", 0, "", False, False, True),
+    ("chunk+1", 2, "B", True, True, True),
     (17, 2, "C", True, False, True),
     (17, 0, "BC", False, True, False),
 ]
@@ -113,10 +120,11 @@ def _selective_inputs(length, groups, invariant, with_state, dtype, device, batc
 
 @pytest.mark.parametrize("length,groups,invariant,with_state,with_resets,softplus", SELECTIVE_CASES)
 def test_selective_scan_triton_matches_reference(device, length, groups, invariant, with_state, with_resets, softplus):
+    length = _chunk(device) + 1 if length == "chunk+1" else length
     inp = _selective_inputs(length, groups, invariant, with_state, torch.float64, device)
     if not softplus:
         inp["delta_bias"] = None
-    resets = _resets(2, length, SELECTIVE_CHUNK, device) if with_resets else None
+    resets = _resets(2, length, _chunk(device), device) if with_resets else None
     kw = dict(delta_softplus=softplus, return_last_state=True, resets=resets)
     fast = selective_scan(**inp, **kw, backend="triton")
     ref = selective_scan(**inp, **kw, backend="reference")
@@ -137,11 +145,12 @@ def test_triton_scans_take_expanded_gradients(device):
 
 def test_selective_scan_triton_inference_and_channels_last(device):
     """No autograd (no chunk-start states kept) on channels-last inputs, as the S6 layer passes them."""
-    inp = _selective_inputs(SELECTIVE_CHUNK + 1, 2, "", True, torch.float64, device)
+    length = _chunk(device) + 1
+    inp = _selective_inputs(length, 2, "", True, torch.float64, device)
     inp = {k: v.detach() if v is not None else None for k, v in inp.items()}
     for name in ("u", "delta", "B", "C", "z"):
         inp[name] = inp[name].transpose(-1, -2).contiguous().transpose(-1, -2)
-    resets = _resets(2, SELECTIVE_CHUNK + 1, SELECTIVE_CHUNK, device)
+    resets = _resets(2, length, _chunk(device), device)
     with torch.no_grad():
         fast = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="triton")
         ref = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="reference")
@@ -154,10 +163,11 @@ def test_selective_scan_triton_half_inputs_accumulate_in_float32(device, dtype):
     """Half inputs, float32 parameters (as under bf16-mixed training): as the reference, which computes in float32."""
     if dtype == torch.bfloat16 and device.type == "cpu":
         pytest.skip("the Triton interpreter has no bfloat16 (numpy has none)")
-    inp = _selective_inputs(SELECTIVE_CHUNK + 1, 0, "", True, torch.float32, device)
+    length = _chunk(device) + 1
+    inp = _selective_inputs(length, 0, "", True, torch.float32, device)
     for name in ("u", "delta", "B", "C", "z"):
         inp[name] = inp[name].detach().to(dtype).requires_grad_()
-    resets = _resets(2, SELECTIVE_CHUNK + 1, SELECTIVE_CHUNK, device)
+    resets = _resets(2, length, _chunk(device), device)
     kw = dict(resets=resets, delta_softplus=True, return_last_state=True)
     fast = selective_scan(**inp, **kw, backend="triton")
     ref = selective_scan(**inp, **kw, backend="reference")
@@ -203,3 +213,67 @@ def test_layers_scan_on_the_triton_path(device, layer_name):
     grads = [torch.autograd.grad(out[0].square().sum(), p) for out, p in zip(outs, params)]
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+def _op_args(device, length):
+    """Arguments of the seqssm::selective_scan_triton op as selective_scan_triton passes them."""
+    from seqssm.ops.triton_scan import kernel_layout
+
+    inp = _selective_inputs(length, 0, "", True, torch.float64, device)
+    u, delta, z, B, C = kernel_layout(inp["u"], inp["delta"], inp["z"], inp["B"], inp["C"])
+    resets = _resets(2, length, _chunk(device), device)
+    return (u, delta, inp["A"], B, C, inp["D"], z, inp["delta_bias"], inp["initial_state"], resets, True, True, True)
+
+
+def test_triton_scans_are_custom_ops_that_pass_opcheck(device):
+    """The schema, fake implementations, autograd registration and AOT dispatch of both scans' ops."""
+    torch.library.opcheck(torch.ops.seqssm.selective_scan_triton.default, _op_args(device, _chunk(device) + 1))
+    a = torch.rand(2, 9, 3, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(2, 9, 3, dtype=torch.float64, device=device, requires_grad=True)
+    h0 = torch.randn(2, 3, dtype=torch.float64, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.seqssm.linear_scan_triton.default, (a, b, h0, _resets(2, 9, 4, device)))
+
+
+def test_triton_scans_trace_into_one_graph(device):
+    """torch.compile(fullgraph=True) over the Triton scans: no graph break, and outputs and gradients as eager."""
+    from seqssm.ops.triton_scan import linear_scan_triton, selective_scan_triton
+
+    def loss(u, delta, A, B, C, D, z, delta_bias, h0, resets, a, b):
+        y, last = selective_scan_triton(u, delta, A, B, C, D, z, delta_bias, True, True, initial_state=h0,
+                                        resets=resets)
+        return y.square().sum() + last.sum() + linear_scan_triton(a, b, h0[:, :, 0], resets).sum()
+
+    args = list(_op_args(device, 17)[:10]) + [torch.rand(2, 17, 4, dtype=torch.float64, device=device),
+                                              torch.randn(2, 17, 4, dtype=torch.float64, device=device)]
+    leaves = [x for x in args if torch.is_tensor(x) and x.is_floating_point()]
+    for x in leaves:
+        x.requires_grad_()
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    eager, fast = loss(*args), compiled(*args)
+    torch.testing.assert_close(fast, eager)
+    for g_fast, g_eager in zip(torch.autograd.grad(fast, leaves), torch.autograd.grad(eager, leaves)):
+        torch.testing.assert_close(g_fast, g_eager)
+
+
+@pytest.mark.parametrize("return_last", [False, True])
+def test_selective_scan_triton_without_state_d_or_z(device, return_last):
+    """One chunk, no initial state, D or z (the kernels then keep no slots), with and without the last state."""
+    inp = _selective_inputs(17, 0, "", False, torch.float64, device)
+    inp["D"] = inp["z"] = None
+    kw = dict(delta_softplus=True, return_last_state=return_last)
+    fast = selective_scan(**inp, **kw, backend="triton")
+    ref = selective_scan(**inp, **kw, backend="reference")
+    _check(fast, ref, list(inp.values()), torch.float64)
+
+
+def test_selective_scan_triton_gradient_through_the_last_state_alone(device):
+    """A loss on the last state only: y's gradient reaches the backward as None."""
+    inp = _selective_inputs(_chunk(device) + 1, 0, "", True, torch.float64, device)
+    leaves = [x for x in inp.values() if x is not None]
+    grads = [torch.autograd.grad(selective_scan(**inp, delta_softplus=True, return_last_state=True,
+                                                backend=name)[1].sum(), leaves, allow_unused=True)
+             for name in ("triton", "reference")]
+    for x, g_fast, g_ref in zip(leaves, *grads):  # C, D and z do not reach the last state: zero or no gradient
+        zero = torch.zeros_like(x)
+        torch.testing.assert_close(zero if g_fast is None else g_fast, zero if g_ref is None else g_ref,
+                                   **TOL[torch.float64])
