@@ -133,18 +133,87 @@ def _cuda_measure(fn, params, repeats: int) -> dict:
 
 
 # Targets of the CUDA suite, fixed before any run: (name, (op, shape, resets), backend, baseline, at_most):
-# met when backend_ms / baseline_ms <= at_most; "unmeasured" when either row is missing or failed.
+# met when backend_ms / baseline_ms <= at_most; "unmeasured" when either row is missing or failed. The
+# baseline "limit" is the row's own hardware limit (`limit_ms`), "no resets" the same backend's row without.
 CUDA_TARGETS = [
     ("triton within 1.5x of mamba_ssm, mamba-130m widths, L=2048", ("selective_scan", "mamba130m-2048", False),
      "triton", "mamba_ssm", 1.5),
     ("triton within 1.5x of mamba_ssm, mamba-130m widths, L=8192", ("selective_scan", "mamba130m-8192", False),
      "triton", "mamba_ssm", 1.5),
+    ("triton within 3x of the hardware limit, mamba-130m widths, L=2048", ("selective_scan", "mamba130m-2048", False),
+     "triton", "limit", 3.0),
+    ("triton within 3x of the hardware limit, mamba-130m widths, L=8192", ("selective_scan", "mamba130m-8192", False),
+     "triton", "limit", 3.0),
+    ("triton with resets at most 1.1x without, mamba-130m widths, L=2048", ("selective_scan", "mamba130m-2048", True),
+     "triton", "no resets", 1.1),
+    ("triton with resets at most 1.1x without, mamba-130m widths, L=8192", ("selective_scan", "mamba130m-8192", True),
+     "triton", "no resets", 1.1),
     ("triton with resets at least 20x the torch path, mamba-130m widths, L=2048",
      ("selective_scan", "mamba130m-2048", True), "triton", "torch", 1 / 20),
     ("triton with resets at least 20x the torch path, thesis shape, L=4096", ("selective_scan", "thesis-4096", True),
      "triton", "torch", 1 / 20),
     ("linear_scan triton no slower than torch, S5 PPO shape", ("linear_scan", "s5-ppo", True), "triton", "torch", 1.0),
+    ("linear_scan triton within 3x of the hardware limit, S5 PPO shape", ("linear_scan", "s5-ppo", True), "triton",
+     "limit", 3.0),
+    ("linear_scan triton with resets at most 1.1x without, S5 PPO shape", ("linear_scan", "s5-ppo", True), "triton",
+     "no resets", 1.1),
 ]
+
+
+def device_peaks() -> dict:
+    """The device's peak rates: exponentials/s of the special-function units (16 per clock per multiprocessor on
+    sm_80 and sm_90), fp32 FMAs/s (128 lanes per multiprocessor on sm_90, 64 on sm_80) and HBM bytes/s, from
+    the multiprocessor count and the clocks and bus width NVML reports (nvidia-ml-py), or a datasheet when NVML
+    is missing; `source` says which."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    sms, major = props.multi_processor_count, props.major
+    peaks = {"multiprocessors": sms, "compute_capability": f"{props.major}.{props.minor}"}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        clock_hz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM) * 1e6
+        mem_hz = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM) * 1e6
+        bus_bits = pynvml.nvmlDeviceGetMemoryBusWidth(handle)
+        peaks.update(sm_clock_mhz=clock_hz / 1e6, memory_bytes_per_s=2 * mem_hz * bus_bits / 8, source="NVML")
+    except Exception as err:  # no NVML: the clock and bandwidth of the device's datasheet, said so
+        table = {"H100": (1980e6, 3.35e12), "H200": (1980e6, 4.8e12), "A100": (1410e6, 2.04e12)}
+        name = next((k for k in table if k in props.name), None)
+        if name is None:
+            raise RuntimeError(f"no NVML ({err}) and no datasheet numbers for {props.name}") from err
+        clock_hz, peaks["memory_bytes_per_s"] = table[name]
+        peaks.update(sm_clock_mhz=clock_hz / 1e6, source=f"{name} datasheet (NVML: {err})")
+    peaks["exp_per_s"] = sms * 16 * clock_hz
+    peaks["fma_per_s"] = sms * (128 if major >= 9 else 64) * clock_hz
+    return peaks
+
+
+def selective_limit_ms(shape: dict, bytes_per_element: int, peaks: dict) -> dict:
+    """The least time forward + backward of one selective scan call (u, Δ, z of (b, d, L) in a 16-bit dtype,
+    B, C (b, N, L)) can take: 3 exponentials per state and step (forward, recomputed forward, the backward's
+    decay), about 10 fp32 FMAs per state and step (the two scans, the output, the gradients), and the
+    unavoidable HBM traffic (read u, Δ, z, B, C and write y; read them and dy again, write du, dΔ, dz, dB, dC).
+    The limit is the largest of the three times."""
+    b, d, n, length = shape["batch"], shape["dim"], shape["N"], shape["L"]
+    elements, states = b * d * length, b * d * length * n
+    bc = 2 * b * n * length * bytes_per_element
+    traffic = (3 * elements * bytes_per_element + bc + elements * bytes_per_element  # forward
+               + 4 * elements * bytes_per_element + bc + 3 * elements * bytes_per_element + 2 * b * n * length * 4)
+    times = {"exp_ms": 3 * states / peaks["exp_per_s"] * 1e3, "fma_ms": 10 * states / peaks["fma_per_s"] * 1e3,
+             "hbm_ms": traffic / peaks["memory_bytes_per_s"] * 1e3}
+    return {**{k: round(v, 4) for k, v in times.items()}, "limit_ms": round(max(times.values()), 4)}
+
+
+def linear_limit_ms(shape: dict, bytes_per_element: int, peaks: dict) -> dict:
+    """The least time forward + backward of the linear scan can take: HBM traffic alone (read b, write h; read
+    dh and h, write da and db), a broadcast `a` read once per feature."""
+    elements = shape["batch"] * shape["L"] * shape["modes"]
+    traffic = (2 + 4) * elements * bytes_per_element
+    hbm = traffic / peaks["memory_bytes_per_s"] * 1e3
+    return {"hbm_ms": round(hbm, 4), "limit_ms": round(hbm, 4)}
 
 
 def cuda_suite(args) -> dict:
@@ -159,16 +228,22 @@ def cuda_suite(args) -> dict:
     device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
     rows = []
 
-    def record(op, name, shape, resets, backend, fn, params, repeats=args.repeats):
+    def record(op, name, shape, resets, backend, fn, params, repeats=args.repeats, limit=None):
         try:
             row = _cuda_measure(fn, params, repeats)
         except Exception as err:  # recorded, not fatal: one failing backend must not hide the others
             row = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
         torch.cuda.empty_cache()
+        if limit and "median_ms" in row:
+            row.update(limit, limit_fraction=round(limit["limit_ms"] / row["median_ms"], 4))
         rows.append({"op": op, "shape": name, **shape, "resets": resets, "backend": backend, **row})
         print(json.dumps(rows[-1]), flush=True)
 
+    from seqssm.ops import triton_scan
+
+    peaks = device_peaks()
     mamba_fn, mamba_missing = mamba_selective_scan()
+    default_chunk = triton_scan.SELECTIVE_MAX_CHUNK
     s6_shapes = {f"thesis-{L}": dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)}
     s6_shapes.update({"mamba130m-2048": dict(batch=8, dim=1536, N=16, L=2048),
                       "mamba130m-8192": dict(batch=2, dim=1536, N=16, L=8192)})
@@ -180,31 +255,42 @@ def cuda_suite(args) -> dict:
         A = (-torch.rand(d, n, device=device) - 0.5).requires_grad_()
         D, bias = torch.randn(d, device=device, requires_grad=True), torch.randn(d, device=device, requires_grad=True)
         params = [u, delta, z, B, C, A, D, bias]
+        limit = selective_limit_ms(shape, dtype.itemsize, peaks)
         for with_resets in (False, True):
             resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
-            for backend in ("triton", "torch", "mamba_ssm"):
+            # mamba_ssm and triton one after the other, so that the pair the targets compare runs back to back
+            for backend in ("mamba_ssm", "triton", *(f"triton@{c}" for c in args.chunks if c != default_chunk),
+                            "torch"):
                 if backend == "mamba_ssm" and with_resets:
                     continue  # mamba_ssm takes no resets
                 if backend == "mamba_ssm" and mamba_fn is None:
                     rows.append({"op": "selective_scan", "shape": name, **shape, "resets": False,
                                  "backend": "mamba_ssm", "error": mamba_missing})
                     continue
-                if backend == "torch" and L > 4096:
+                if backend == "torch" and (L > 4096 or args.skip_torch):
                     continue  # minutes per run at the thesis's L = 16384; the targets compare at L <= 4096
-                fn = lambda backend=backend, resets=resets: selective_scan(  # noqa: E731
+                name_, _, chunk = backend.partition("@")
+                fn = lambda backend=name_, resets=resets: selective_scan(  # noqa: E731
                     u, delta, A, B, C, D, z, bias, True, resets=resets, backend=backend)
-                record("selective_scan", name, shape, with_resets, backend, fn, params,
-                       repeats=min(args.repeats, 3) if backend == "torch" else args.repeats)
+                triton_scan.SELECTIVE_MAX_CHUNK = int(chunk) if chunk else default_chunk
+                try:
+                    record("selective_scan", name, shape, with_resets, backend, fn, params,
+                           repeats=min(args.repeats, 3) if backend == "torch" else args.repeats, limit=limit)
+                finally:
+                    triton_scan.SELECTIVE_MAX_CHUNK = default_chunk
 
     b, L, modes = 8, 1024, 128
     a = (0.99 * torch.exp(1j * torch.rand(1, 1, modes, device=device))).to(torch.complex64).requires_grad_()
     drive = torch.randn(b, L, modes, device=device, dtype=torch.complex64, requires_grad=True)
     h0 = torch.randn(b, modes, device=device, dtype=torch.complex64, requires_grad=True)
-    resets = torch.rand(b, L, device=device) < 1 / 64
-    for backend in ("triton", "torch"):
-        fn = lambda backend=backend: linear_scan(a, drive, h0, resets, backend=backend).real  # noqa: E731
-        record("linear_scan", "s5-ppo", dict(batch=b, L=L, modes=modes, complex=True), True, backend, fn,
-               [a, drive, h0])
+    shape = dict(batch=b, L=L, modes=modes, complex=True)
+    limit = linear_limit_ms(shape, 8, peaks)
+    for with_resets in (False, True):
+        resets = (torch.rand(b, L, device=device) < 1 / 64) if with_resets else None
+        for backend in ("triton", "torch"):
+            fn = lambda backend=backend, resets=resets: linear_scan(  # noqa: E731
+                a, drive, h0, resets, backend=backend).real
+            record("linear_scan", "s5-ppo", shape, with_resets, backend, fn, [a, drive, h0], limit=limit)
 
     for b, d, L in ((32, 232, 4096), (8, 1536, 4096)):
         x = torch.randn(b, d, L, device=device, dtype=dtype, requires_grad=True)
@@ -219,10 +305,20 @@ def cuda_suite(args) -> dict:
             record("causal_conv1d", name, shape, with_resets, "torch", lambda resets=resets: causal_conv1d(  # noqa: E731
                 x, w, bias, resets=resets, backend="torch"), [x, w, bias])
 
-    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "dtype": args.dtype, "repeats": args.repeats,
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peaks": peaks,
+            "triton": __import__("triton").__version__, "mamba_ssm": _version("mamba_ssm"),
+            "causal_conv1d": _version("causal_conv1d"), "dtype": args.dtype, "repeats": args.repeats,
             "what": "forward + backward on CUDA; peak_mb = memory one run allocates beyond what was live before",
             "rows": rows, "targets": judge(rows)}
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package.replace("_", "-"))
+    except PackageNotFoundError:
+        return None
 
 
 def judge(rows: list[dict]) -> list[dict]:
@@ -231,7 +327,14 @@ def judge(rows: list[dict]) -> list[dict]:
     verdicts = []
     for name, (op, shape, resets), backend, baseline, at_most in CUDA_TARGETS:
         verdict = {"target": name, "backend": backend, "baseline": baseline, "at_most": round(at_most, 4)}
-        pair = {b: by.get((op, shape, resets, b)) for b in (backend, baseline)}
+        row = by.get((op, shape, resets, backend))
+        if baseline == "limit":
+            base = {"median_ms": row["limit_ms"], "peak_mb": None} if row and "limit_ms" in row else None
+        elif baseline == "no resets":
+            base = by.get((op, shape, False, backend))
+        else:
+            base = by.get((op, shape, resets, baseline))
+        pair = {backend: row, baseline: base}
         missing = [f"{b}: {r.get('error', 'not run') if r else 'not run'}" for b, r in pair.items()
                    if not r or "median_ms" not in r]
         if missing:
@@ -247,12 +350,19 @@ def judge(rows: list[dict]) -> list[dict]:
 
 def markdown(result: dict) -> str:
     """The rows and the targets as markdown tables."""
+    peaks = result.get("peaks", {})
     lines = [f"Forward + backward on {result['device']} (torch {result['torch']}, triton {result['triton']}, "
+             f"mamba_ssm {result.get('mamba_ssm')}, causal_conv1d {result.get('causal_conv1d')}; peaks from "
+             f"{peaks.get('source')}: {peaks.get('exp_per_s', 0) / 1e12:.2f}e12 exp/s, "
+             f"{peaks.get('fma_per_s', 0) / 1e12:.1f}e12 FMA/s, {peaks.get('memory_bytes_per_s', 0) / 1e12:.2f} TB/s; "
+             "limit ms = the largest of the exponential, FMA and HBM times of the call, see selective_limit_ms; "
              f"{result['dtype']} inputs, median of {result['repeats']}).", "",
-             "| op | shape | resets | backend | median ms | peak MB |", "|---|---|---|---|---|---|"]
+             "| op | shape | resets | backend | median ms | peak MB | limit ms | fraction of limit |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         time_ = f"{r['median_ms']}" if "median_ms" in r else f"error: {r['error']}"
-        lines.append(f"| {r['op']} | {r['shape']} | {r['resets']} | {r['backend']} | {time_} | {r.get('peak_mb', '')} |")
+        lines.append(f"| {r['op']} | {r['shape']} | {r['resets']} | {r['backend']} | {time_} | {r.get('peak_mb', '')} "
+                     f"| {r.get('limit_ms', '')} | {r.get('limit_fraction', '')} |")
     lines += ["", "| target | time ratio | at most | status |", "|---|---|---|---|"]
     for t in result["targets"]:
         ratio = f"{t['backend']} / {t['baseline']} = {t['ratio']}" if "ratio" in t else t.get("why", "")
@@ -272,6 +382,9 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench_scan.json")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", default="bfloat16", help="input dtype of the CUDA suite (parameters stay float32)")
+    parser.add_argument("--chunks", type=int, nargs="*", default=[512],
+                        help="CUDA suite: also time the Triton selective scan with these chunk lengths (rows triton@N)")
+    parser.add_argument("--skip-torch", action="store_true", help="CUDA suite: leave out the torch path's rows")
     parser.add_argument("--worker", nargs=3, metavar=("MODE", "BACKEND", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device == "cuda":

@@ -3,6 +3,7 @@
 # machine that has no package index of its own (the lent H100 / H200: torch 2.11.0+cu130, Python 3.12):
 #
 #     bash scripts/build_cuda_peers.sh          # -> build/cuda-peers/wheels/*.whl, build/cuda-peers/build.json
+#     bash scripts/build_cuda_peers.sh --strip-only   # strip the host debug sections of wheels built before
 #
 # Everything comes from the package index: torch at the GPU machine's version (its libraries, to link
 # against), and the CUDA toolchain as wheels (nvcc, cicc, cccl, crt, runtime headers) of torch's CUDA
@@ -115,9 +116,26 @@ build() {  # name version force-variable
     say "$1 built in $(( $(date +%s) - t0 )) s"
 }
 
+# The host code's debug sections (a third of causal_conv1d's library) go: what a GPU session carries is capped
+# at 64 MiB. `wheel pack` writes the RECORD of the stripped files.
+strip_wheels() {
+    local tmp whl
+    tmp=$(mktemp -d)
+    for whl in "$OUT"/wheels/*.whl; do
+        "$venv/bin/python" -m wheel unpack -d "$tmp" "$whl" >/dev/null
+        find "$tmp" -name '*.so' -exec strip --strip-debug {} +
+        rm "$whl"
+        "$venv/bin/python" -m wheel pack -d "$OUT/wheels" "$tmp"/* >/dev/null
+        rm -rf "${tmp:?}"/*
+    done
+    rmdir "$tmp"
+}
+
+if [ "${1:-}" = "--strip-only" ]; then strip_wheels; exit 0; fi
 rm -f "$OUT"/wheels/*.whl
 build causal-conv1d "$CAUSAL_CONV1D_VERSION" CAUSAL_CONV1D_FORCE_BUILD
 build mamba-ssm "$MAMBA_SSM_VERSION" MAMBA_FORCE_BUILD
+strip_wheels
 
 "$venv/bin/python" - "$OUT" "$(( $(date +%s) - start ))" "$TORCH_VERSION" "$torch_cuda" "$CUDA_ARCHS" "$PYTHON_VERSION" <<'EOF'
 import glob, json, os, sys

@@ -1,6 +1,7 @@
 """Ahead-of-time compile check of the Triton kernels, on a machine without a GPU.
 
-    python -m seqssm.ops.triton_aot [--tier quick|full] [--arch 80 90] [--markdown docs/gpu.md]
+    python -m seqssm.ops.triton_aot [--tier quick|full|bench] [--arch 80 90] [--markdown docs/gpu.md]
+        [--cache DIR --chunks 512]
 
 Triton's interpreter runs a kernel body as Python and hides compile errors, register pressure and
 spills. Here the implementations of the Triton backends' custom ops run on `meta` tensors, as the
@@ -77,7 +78,8 @@ def _selective_call(case: Case) -> None:
     B = _leaf(d, n, dtype=param, grad=False) if "B_invariant" in f else seq(*bc)
     C = _leaf(d, n, dtype=param, grad=False) if "C_invariant" in f else seq(*bc)
     masked = "mask" in f  # S6 with a mask: Δ arrives after softplus, with no bias
-    u, delta, z, B, C = triton_scan.kernel_layout(seq(b, d, length), seq(b, d, length), seq(b, d, length), B, C)
+    z = None if "no_z" in f else seq(b, d, length)  # the Mamba block gates outside the scan
+    u, delta, z, B, C = triton_scan.kernel_layout(seq(b, d, length), seq(b, d, length), z, B, C)
     A, D = _leaf(d, n, dtype=param, grad=False), _leaf(d, dtype=param, grad=False)
     bias = None if masked else _leaf(d, dtype=param, grad=False)
     h0 = _leaf(b, d, n, dtype=param, grad=False) if "state" in f else None
@@ -130,6 +132,8 @@ def cases(tier: str = "quick") -> list[Case]:
     ]
     if tier == "quick":
         return quick
+    if tier == "bench":
+        return bench_cases()
     full = list(quick)
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         for shape in (THESIS, MAMBA_130M, WIDE_STATE):
@@ -148,6 +152,24 @@ def cases(tier: str = "quick") -> list[Case]:
         for flags in (frozenset(), frozenset({"broadcast", "state", "resets"})):
             full.append(Case(f"linear {dtype} {'+'.join(sorted(flags)) or 'plain'}", "linear", dtype, S5_PPO, flags))
     return full
+
+
+def bench_cases() -> list[Case]:
+    """The Triton calls of the CUDA benchmarks (scripts/bench_scan.py, scripts/bench_models.py), compiled into a
+    cache ahead of a short GPU session: bfloat16 S6 at the thesis's and mamba-130m's widths with and without
+    resets, the block's scan without z, and the S5 PPO update."""
+    out = []
+    shapes = [dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)]
+    shapes += [MAMBA_130M, dict(batch=2, dim=1536, N=16, L=8192)]
+    for shape in shapes:
+        for flags in (frozenset(), frozenset({"resets"})):
+            out.append(Case(f"bench S6 {shape['batch']}x{shape['dim']}x{shape['L']} {'+'.join(flags) or 'plain'}",
+                            "selective", torch.bfloat16, shape, flags))
+    out.append(Case("bench S6 Mamba block (gate outside)", "selective", torch.bfloat16, MAMBA_130M,
+                    frozenset({"no_z"})))
+    for flags in (frozenset({"broadcast", "state"}), frozenset({"broadcast", "state", "resets"})):
+        out.append(Case(f"bench S5 PPO {'+'.join(sorted(flags))}", "linear", torch.complex64, S5_PPO, flags))
+    return out
 
 
 @dataclasses.dataclass
@@ -320,19 +342,31 @@ def _describe(err: BaseException) -> str:
     return text[:400]
 
 
-def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], None] | None = None) -> list[Result]:
-    """Capture every case, compile each distinct kernel variant once per config and target. Compiles run
-    in a fresh Triton cache, so that ptxas runs (and reports spills) for every one."""
+def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], None] | None = None,
+                cache_dir: str | None = None, chunks=(None,)) -> list[Result]:
+    """Capture every case (once per selective chunk length in `chunks`, None: the default), compile each
+    distinct kernel variant once per config and target. Compiles run in a fresh Triton cache, so that ptxas
+    runs (and reports spills) for every one; `cache_dir` keeps that cache, for a GPU machine to start warm."""
     import triton
 
+    from seqssm.ops import triton_scan
+
     variants: dict[tuple, Launch] = {}
-    for case in case_list:
-        for launch in capture(case):
-            first = variants.setdefault(launch.variant(), launch)
-            if first is not launch:
-                first.also.append(case)
+    default = triton_scan.SELECTIVE_MAX_CHUNK
+    for chunk in chunks:
+        triton_scan.SELECTIVE_MAX_CHUNK = chunk or default
+        try:
+            for case in case_list:
+                for launch in capture(case):
+                    first = variants.setdefault(launch.variant(), launch)
+                    if first is not launch:
+                        first.also.append(case)
+        finally:
+            triton_scan.SELECTIVE_MAX_CHUNK = default
     results = []
-    with tempfile.TemporaryDirectory() as cache, triton.knobs.cache.scope():
+    with contextlib.ExitStack() as stack:
+        cache = cache_dir or stack.enter_context(tempfile.TemporaryDirectory())
+        stack.enter_context(triton.knobs.cache.scope())
         triton.knobs.cache.dir = cache
         for i, launch in enumerate(variants.values()):
             for arch in archs:
@@ -411,12 +445,18 @@ def summary(results: list[Result], problems: list[str]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--tier", choices=("quick", "full", "bench"), default="quick",
+                        help="bench: the calls of the CUDA benchmarks, to fill --cache ahead of a GPU session")
+    parser.add_argument("--cache", help="keep the compiled kernels in this Triton cache folder (TRITON_CACHE_DIR on "
+                        "the GPU machine then finds them: same triton release and target)")
+    parser.add_argument("--chunks", type=int, nargs="*", default=[],
+                        help="also compile the selective scan with these chunk lengths (scripts/bench_scan.py --chunks)")
     parser.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), help="compute capabilities (80 90)")
     parser.add_argument("--markdown", help="write the compile table into this markdown file, between the "
                         "'<!-- compile table -->' markers")
     args = parser.parse_args(argv)
-    results = compile_all(cases(args.tier), args.arch, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    results = compile_all(cases(args.tier), args.arch, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                          cache_dir=args.cache, chunks=(None, *args.chunks))
     problems = check(results)
     text = table(results)
     line = summary(results, problems)

@@ -112,11 +112,23 @@ def test_the_cuda_benchmark_judges_each_target_in_its_direction():
     def row(shape, resets, backend, ms, op="selective_scan"):
         return {"op": op, "shape": shape, "resets": resets, "backend": backend, "median_ms": ms, "peak_mb": 1.0}
 
-    rows = [row("mamba130m-2048", False, "triton", 3.0), row("mamba130m-2048", False, "mamba_ssm", 2.5),
+    def limited(r, limit_ms):
+        return {**r, "limit_ms": limit_ms}
+
+    rows = [limited(row("mamba130m-2048", False, "triton", 3.0), 1.5), row("mamba130m-2048", False, "mamba_ssm", 2.5),
             {**row("mamba130m-8192", False, "mamba_ssm", 0), "median_ms": None, "error": "not installed"},
-            row("mamba130m-2048", True, "triton", 1.0), row("mamba130m-2048", True, "torch", 25.0),
+            limited(row("mamba130m-8192", False, "triton", 4.0), 1.0),
+            row("mamba130m-2048", True, "triton", 3.2), row("mamba130m-2048", True, "torch", 25.0),
             row("thesis-4096", True, "triton", 1.0), row("thesis-4096", True, "torch", 15.0),
-            row("s5-ppo", True, "triton", 2.0, "linear_scan"), row("s5-ppo", True, "torch", 1.0, "linear_scan")]
+            limited(row("s5-ppo", True, "triton", 2.0, "linear_scan"), 1.0), row("s5-ppo", True, "torch", 1.0, "linear_scan"),
+            row("s5-ppo", False, "triton", 1.9, "linear_scan")]
     del rows[2]["median_ms"]
     verdicts = {v["target"]: v["status"] for v in bench.judge(rows)}
-    assert list(verdicts.values()) == ["met", "unmeasured", "met", "missed", "missed"]
+    assert list(verdicts.values()) == [
+        "met",  # 3.0 / 2.5 within 1.5x of mamba_ssm
+        "unmeasured",  # mamba_ssm failed at L 8192
+        "met", "missed",  # 3.0 / 1.5 and 4.0 / 1.0 against the limit
+        "met", "unmeasured",  # resets 3.2 / 3.0; no rows with resets at L 8192
+        "missed", "missed",  # 3.2 / 25 and 1.0 / 15, over 1/20
+        "missed", "met", "met",  # linear: 2.0 / 1.0 against torch, against its limit, 2.0 / 1.9 with resets
+    ]
