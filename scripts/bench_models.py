@@ -88,6 +88,7 @@ def error_text(err: BaseException) -> str:
 
 
 def free_memory() -> None:
+    """Drop unreferenced tensors and hand CUDA's cached blocks back, so that the next contender starts clean."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
