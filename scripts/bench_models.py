@@ -396,6 +396,32 @@ def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dic
     return rows
 
 
+def profile_train(args, size: dict, folder: Path, device: torch.device, out: Path) -> str:
+    """The CUDA kernels of one seqssm training step (Triton scans), as torch.profiler counts them: a table sorted
+    by total device time, written to out/profile.txt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    needs_cuda(device, "--profile")
+    model = lm_models(folder, device, torch.float32)[SEQSSM]
+    gen = torch.Generator(device).manual_seed(1)
+    shape = (size["batch"], size["length"])
+    inputs, targets = (torch.randint(0, size["vocab_size"], shape, device=device, generator=gen) for _ in range(2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    step = train_step(model, model, optimizer, inputs, targets, device, autocast=True)
+    with seqssm_backend("triton"):
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile.txt").write_text(f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast, "
+                                     f"Triton scans\n{table}\n")
+    return table
+
+
 # ------------------------------------------------------------------------------------- 2. S4D stacks
 
 
@@ -633,6 +659,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="untimed training steps per contender first")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=3, help="training steps timed together per round")
+    p.add_argument("--profile", action="store_true",
+                   help="instead of the parts: the CUDA kernels of one seqssm training step, into OUT/profile.txt")
     p.add_argument("--s4-peer", default=str(REPO / ".peers" / "s4d.py"),
                    help="the S4 authors' models/s4/s4d.py (state-spaces/s4); its row is an error when missing")
     args = p.parse_args(argv)
@@ -669,6 +697,10 @@ def main(argv=None) -> dict:
               "generate": []}
     with tempfile.TemporaryDirectory(prefix="bench_models-") as tmp:
         folder = Path(tmp) / "weights"
+        if args.profile:
+            write_weights(size, folder)
+            print(profile_train(args, size, folder, device, Path(args.out)), flush=True)
+            return result
         if {"train", "generate"} & set(args.parts):
             log("writing the shared weights")
             write_weights(size, folder)

@@ -1,65 +1,108 @@
 #!/usr/bin/env bash
-# One command that checks a CUDA machine, from the repository root:
+# One command that checks a CUDA machine and measures seqssm there, from the repository root:
 #
-#     bash scripts/gpu_check.sh                 # PYTHON=/path/to/python to choose the interpreter
+#     bash scripts/gpu_check.sh [OUT]      # OUT: logs, JSON and markdown (default runs/gpu_check)
 #
-# 1. torch with CUDA: kept when the current one sees a GPU, else installed from the package index (whose
-#    Linux wheels carry CUDA). Without an NVIDIA driver it stops at once: exit 2, nothing installed.
-# 2. seqssm with its [test,triton] extras; if the index cannot be reached, the source tree is used as is.
-# 3. The [cuda] extra (mamba-ssm, causal-conv1d), built the way they build: against the installed torch,
-#    --no-build-isolation. When that cannot finish (no network beyond the package index, no nvcc), one
-#    line says so and the check goes on without them; the benchmark then reports their targets unmeasured.
-# 4. The GPU tests: first Triton's reverse scan and the selective gradients against the torch path
-#    (tests/ops/test_triton_gpu.py), then every gpu-marked test.
-# 5. The ahead-of-time compile check (python -m seqssm.ops.triton_aot) with this machine's triton.
-# 6. The CUDA benchmark: runs/bench_scan_cuda.json and .md, each backend's failure recorded, targets judged.
+# Made for a short lent GPU session (docs/gpu.md, "The one command"): it needs no package index when the
+# machine already has torch with CUDA, and each step has its own time limit, so the whole check ends within
+# BUDGET_S seconds (default 470) and a slow step loses its own results only. Environment:
+#   PYTHON                python with torch (default python3)
+#   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
+#                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
+#   TRITON_CACHE_ARCHIVE  a .tar.xz of a Triton cache to start from (default .gpu/triton-cache.tar.xz when it
+#                         exists; python -m seqssm.ops.triton_aot --tier bench --cache DIR makes one)
 #
-# Every step runs; the exit status is 1 if any failed or a benchmark target was missed or unmeasured.
+# Steps; every step runs, and the exit status is 1 if one failed or timed out, or a benchmark missed a target:
+# 1. torch sees a GPU (without an NVIDIA driver: exit 2, nothing done); versions printed.
+# 2. The wheels installed; seqssm runs from the source tree (PYTHONPATH).
+# 3. In the background, the compile check with this machine's triton (CPU only).
+# 4. The GPU tests, except the stress shapes (slow): pytest -m "gpu and not slow", Triton autotuning off
+#    (each config of each small variant would be a compile).
+# 5. bench_scan.py --device cuda: the scans beside mamba_ssm and their hardware limits -> OUT/bench_scan.*
+# 6. bench_models.py --device cuda: whole models beside the peers -> OUT/bench_models/
+# 7. bench_compile.py --device cuda on mamba-s6 and simple-s4d: compiled vs eager -> OUT/bench_compile/
+# 8. One profiled training step of the mamba-130m-sized model: its top CUDA kernels -> OUT/profile.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python}"
-LOGS=runs/gpu_check
-mkdir -p "$LOGS"
+OUT="${1:-runs/gpu_check}"
+PYTHON="${PYTHON:-python3}"
+BUDGET_S="${BUDGET_S:-470}"
+mkdir -p "$OUT"
+start=$(date +%s)
 status=0
-say() { echo "gpu_check: $*"; }
-last_line() { grep -v '^\s*$' "$1" | tail -n 1; }
+say() { echo "gpu_check [$(( $(date +%s) - start ))s]: $*"; }
+left() { echo $(( BUDGET_S - ($(date +%s) - start) )); }
 
 if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then
         say "no NVIDIA GPU here (nvidia-smi finds no driver): nothing to check on this machine"
         exit 2
     fi
-    say "torch does not see the GPU: installing torch with CUDA from the package index"
-    if ! "$PYTHON" -m pip install -q --upgrade torch >"$LOGS/torch.log" 2>&1; then
-        say "could not install torch with CUDA: $(last_line "$LOGS/torch.log")"
-        exit 1
-    fi
+    say "torch does not see the GPU: this check needs a torch built with CUDA (pip install torch)"
+    exit 1
 fi
-"$PYTHON" -c "import torch; print(f'gpu_check: torch {torch.__version__} (CUDA {torch.version.cuda}) on', torch.cuda.get_device_name())"
+"$PYTHON" -c "import torch, triton; print(f'gpu_check: torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__} on', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
 
-if ! "$PYTHON" -m pip install -q -e ".[test,triton]" >"$LOGS/seqssm.log" 2>&1; then
-    say "could not install seqssm's extras ($(last_line "$LOGS/seqssm.log")); testing the source tree with what is installed"
-    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
-
-if "$PYTHON" -c "import mamba_ssm, causal_conv1d" >/dev/null 2>&1; then
-    say "the [cuda] extra is installed"
-elif ! "$PYTHON" -m pip install -q --no-build-isolation "mamba-ssm>=2.0" "causal-conv1d>=1.2" >"$LOGS/cuda_extra.log" 2>&1; then
-    say "the [cuda] extra did not build ($(last_line "$LOGS/cuda_extra.log")); going on without mamba-ssm and causal-conv1d"
-fi
-
-unset TRITON_INTERPRET  # the gpu tests compile; the interpreted variants set it per test
-run() {
-    local name=$1; shift
-    say "$name"
-    if ! "$@" 2>&1 | tee "$LOGS/$name.log"; then
-        say "$name FAILED (log: $LOGS/$name.log)"
+WHEELS="${WHEELS:-build/cuda-peers/wheels}"
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    if "$PYTHON" -m pip install -q --no-index --no-deps "$WHEELS"/*.whl >"$OUT/wheels.log" 2>&1; then
+        say "installed $(cd "$WHEELS" && ls ./*.whl | tr '\n' ' ')"
+    else
+        say "the wheels in $WHEELS did not install: $(tail -n 1 "$OUT/wheels.log")"
         status=1
     fi
+fi
+"$PYTHON" -c "import mamba_ssm, causal_conv1d; print('gpu_check: mamba_ssm', mamba_ssm.__version__, '| causal_conv1d', causal_conv1d.__version__)" 2>&1 | tail -n 1 | tee -a "$OUT/versions.txt"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET  # the gpu tests compile; the interpreted variants set it per test
+
+ARCHIVE="${TRITON_CACHE_ARCHIVE:-.gpu/triton-cache.tar.xz}"
+if [ -f "$ARCHIVE" ]; then
+    export TRITON_CACHE_DIR="${TMPDIR:-/tmp}/seqssm-triton-cache"
+    mkdir -p "$TRITON_CACHE_DIR"
+    tar -xJf "$ARCHIVE" -C "$TRITON_CACHE_DIR" --strip-components=1
+    say "Triton cache from $ARCHIVE: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels"
+fi
+
+run() {  # name seconds command...: run with a time limit (capped by what is left of the budget), log to OUT
+    local name=$1 limit=$2
+    shift 2
+    local budget
+    budget=$(left)
+    [ "$limit" -gt "$budget" ] && limit=$budget
+    if [ "$limit" -le 5 ]; then
+        say "$name: skipped, the budget is spent"
+        status=1
+        return
+    fi
+    say "$name (at most ${limit}s)"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$OUT/$name.log"
+    if [ "$rc" = 124 ]; then say "$name TIMED OUT after ${limit}s"; status=1
+    elif [ "$rc" != 0 ]; then say "$name FAILED (exit $rc, log: $OUT/$name.log)"; status=1
+    else say "$name passed"; fi
 }
-run reverse-scan-and-gradients "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/ops/test_triton_gpu.py -k "not past_2_31"
-run gpu-tests "$PYTHON" -m pytest -q -rs -p no:cacheprovider -m gpu tests
-run compile-check "$PYTHON" -m seqssm.ops.triton_aot --tier quick
-run benchmark "$PYTHON" scripts/bench_scan.py --device cuda --out runs/bench_scan_cuda.json
+
+# The compile check runs on the CPU beside the GPU steps; its threads are the few left to it.
+(timeout 300 "$PYTHON" -m seqssm.ops.triton_aot --tier quick >"$OUT/compile-check.log" 2>&1; echo $? >"$OUT/compile-check.rc") &
+check_pid=$!
+
+xdist=()
+"$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
+run gpu-tests 110 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+    -m "gpu and not slow" tests
+run bench-scan 110 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --out "$OUT/bench_scan.json"
+run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --out "$OUT/bench_models"
+run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 simple-s4d --repeats 5 \
+    --out "$OUT/bench_compile"
+run profile 30 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+
+if wait "$check_pid" && [ "$(cat "$OUT/compile-check.rc")" = 0 ]; then
+    say "compile-check passed: $(tail -n 1 "$OUT/compile-check.log")"
+else
+    say "compile-check FAILED: $(tail -n 3 "$OUT/compile-check.log")"
+    status=1
+fi
 if [ "$status" = 0 ]; then say "all checks passed"; else say "some checks failed: see above"; fi
 exit "$status"

@@ -15,6 +15,7 @@ from torch import nn
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
 from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, check_sizes, mask_outputs, non_causal_error
+from seqssm.layers.s6 import S6
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
@@ -39,6 +40,14 @@ class ConvSSPBranch(ChannelsFirstLayer):
     def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         h = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias)
         return self.ssp.forward_channels_first(F.silu(h))
+
+    def gated_channels_first(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """x, z (B, d_inner, L) -> the branch's output * SiLU(z) (B, d_inner, L): inside the SSP where it takes the
+        gate (S6, in its scan kernel), else after it."""
+        h = F.silu(causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias))
+        if isinstance(self.ssp, S6):
+            return self.ssp.gated_forward_channels_first(h, z)
+        return self.ssp.forward_channels_first(h) * F.silu(z)
 
     def _scan_channels_first(self, x, state, resets, mask):
         conv_state, ssp_state = (None, None) if state is None else state
@@ -129,6 +138,8 @@ class MambaBlock(SequenceLayer):
             forward, backward = self.branches
             flipped = backward.forward_channels_first(flip_within_lengths(xi, lengths, dim=2))
             y = forward.forward_channels_first(xi) + flip_within_lengths(flipped, lengths, dim=2)
+        elif len(self.branches) == 1:
+            return self._finish(x, self.branches[0].gated_channels_first(xi, z).transpose(1, 2))
         else:
             y = sum(branch.forward_channels_first(xi) for branch in self.branches)
         return self._finish(x, (y * F.silu(z)).transpose(1, 2))

@@ -92,8 +92,12 @@ class S6(ChannelsFirstLayer):
         return torch.zeros(batch_size, self.d_model, self.d_state, device=device, dtype=dtype or self._ssm_dtype)
 
     def _project_channels_first(self, x):
-        """x (B, d_model, L) -> Δ before bias (B, d_model, L), B, C (B, d_state, L)."""
-        return (t.transpose(1, 2) for t in self.project(x.transpose(1, 2)))
+        """x (B, d_model, L) -> Δ before bias (B, d_model, L), contiguous along time as the scan kernels read it,
+        B, C (B, d_state, L)."""
+        dt, B, C = promoted_call(self.x_proj, x.transpose(1, 2)).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        # W (d_model, R) @ dt (B, R, L) writes Δ channels first, as mamba_ssm's block computes it: the transposed
+        # F.linear output would cost the scan a copy, forward and backward.
+        return torch.matmul(self.dt_proj.weight.to(dt.dtype), dt.transpose(1, 2)), B.transpose(1, 2), C.transpose(1, 2)
 
     def _scan_channels_first(self, x, state, resets, mask):
         """x (B, d_model, L), state (B, d_model, d_state) or None, resets / mask (B, L) -> (y (B, d_model, L),
@@ -103,6 +107,11 @@ class S6(ChannelsFirstLayer):
     def _forward_channels_first(self, x):
         # No final state is asked for, so the scan need not keep one with a gradient (mamba_ssm's cannot).
         return self._selective(x, *self._project_channels_first(x), None, None, None, return_state=False)[0]
+
+    def gated_forward_channels_first(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """x, z (B, d_model, L) -> `forward_channels_first(x)` * SiLU(z), the gate applied inside the selective scan
+        (as mamba_ssm's kernel does: one pass over y less, forward and backward)."""
+        return self._selective(x, *self._project_channels_first(x), None, None, None, return_state=False, z=z)[0]
 
     def _widen(self, u: torch.Tensor) -> torch.Tensor:
         """u in float64 when the layer is float64 (the selective scan computes in u's precision, at least float32)."""
@@ -117,8 +126,9 @@ class S6(ChannelsFirstLayer):
         resets, mask = check_steps(u, resets, mask, time_dim=2, where="S6.scan_projected")
         return self._selective(u, delta, B, C, state, resets, mask, return_state=True)
 
-    def _selective(self, u, delta, B, C, state, resets, mask, return_state: bool):
-        """`scan_projected` on checked steps; the final state is None unless `return_state`."""
+    def _selective(self, u, delta, B, C, state, resets, mask, return_state: bool, z=None):
+        """`scan_projected` on checked steps, times SiLU(z) when z is given; the final state is None unless
+        `return_state`."""
         out_dtype, u = u.dtype, self._widen(u)
         ssm = self._ssm_dtype
         delta_bias, softplus = self.dt_proj.bias.to(ssm), True
@@ -127,7 +137,7 @@ class S6(ChannelsFirstLayer):
             delta = F.softplus(delta.to(compute) + delta_bias.to(compute)[:, None]).masked_fill(~mask.unsqueeze(1), 0.0)
             delta_bias, softplus = None, False
         out = selective_scan(
-            u, delta, self.A, B, C, self.D.to(ssm), delta_bias=delta_bias, delta_softplus=softplus,
+            u, delta, self.A, B, C, self.D.to(ssm), z=z, delta_bias=delta_bias, delta_softplus=softplus,
             return_last_state=return_state, initial_state=state, resets=resets, backend=self.backend,
         )
         y, last = out if return_state else (out, None)

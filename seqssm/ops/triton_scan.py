@@ -94,6 +94,9 @@ def _selective_tuned(direction: str, block_t: int):
     configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
                              maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
                for d, w in selective_configs(direction, block_t)]
+    if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
+        # One config, run untimed: tests on a GPU compile many small variants, each config a compile.
+        configs = configs[:1]
     # The best block depends on how many programs there are (rows x channels) and how long each walks.
     # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
     key = ["tune_rows", "e", "n_state", "tune_length"]

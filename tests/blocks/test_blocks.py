@@ -207,8 +207,8 @@ def test_mamba_dropout_at_the_ssp_input_drops_whole_features_of_the_conv_input()
     block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), dropout=0.5, dropout_position="ssp_input")).train()
     seen = []
     branch = block.branches[0]
-    forward = branch.forward_channels_first
-    branch.forward_channels_first = lambda t: (seen.append(t), forward(t))[1]
+    forward = branch.gated_channels_first
+    branch.gated_channels_first = lambda t, z: (seen.append(t), forward(t, z))[1]
     torch.manual_seed(3)
     block(torch.randn(3, 6, D))
     xi = seen[0]  # (B, d_inner, L)
