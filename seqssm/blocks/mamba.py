@@ -107,11 +107,21 @@ class MambaBlock(SequenceLayer):
     def causal(self) -> bool:
         return not self.bidirectional
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _project(self, x: torch.Tensor, channels_first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """x (..., d_model) -> the SSP input xi and the gate z (..., d_inner), halves of in_proj(norm(x)), with
-        the feature dropout of dropout_position "ssp_input" (xi) or "in_proj" (both)."""
+        the feature dropout of dropout_position "ssp_input" (xi) or "in_proj" (both). channels_first: x is
+        (B, L, d_model), and xi, z are views of (B, 2 d_inner, L) memory, contiguous along time."""
         # The norm reads the residual stream in its own dtype (float32 stream, lower-precision weights).
-        xz = self.in_proj(self.norm(x.to(self.norm.weight.dtype)))
+        h = self.norm(x.to(self.norm.weight.dtype))
+        if channels_first:
+            # W h^T writes the conv's and the scan's layout, as mamba_ssm's block computes it: in_proj's own
+            # (B, L, 2 d_inner) output would cost the kernels a copy of xi and z, forward and backward.
+            xz = torch.matmul(self.in_proj.weight, h.transpose(1, 2))
+            if self.in_proj.bias is not None:
+                xz = xz + self.in_proj.bias.to(xz.dtype).unsqueeze(-1)
+            xz = xz.transpose(1, 2)
+        else:
+            xz = self.in_proj(h)
         if self.dropout_position == "in_proj":
             xz = self.dropout(xz)
         xi, z = xz.chunk(2, dim=-1)
@@ -119,7 +129,7 @@ class MambaBlock(SequenceLayer):
 
     def _channels_first(self, x: torch.Tensor):
         """x (B, L, d_model) -> SSP input, gate z, each (B, d_inner, L): the block's one switch of layout."""
-        return tuple(t.transpose(1, 2) for t in self._project(x))
+        return tuple(t.transpose(1, 2) for t in self._project(x, channels_first=True))
 
     def _finish(self, residual: torch.Tensor, gated: torch.Tensor) -> torch.Tensor:
         """residual (..., d_model) + out_proj(gated), gated = SSP output * SiLU(z) (..., d_inner), with the feature
