@@ -132,3 +132,24 @@ def test_the_cuda_benchmark_judges_each_target_in_its_direction():
         "missed", "missed",  # 3.2 / 25 and 1.0 / 15, over 1/20
         "missed", "met", "met",  # linear: 2.0 / 1.0 against torch, against its limit, 2.0 / 1.9 with resets
     ]
+
+
+def test_the_cuda_benchmark_limit_is_the_slowest_of_exponentials_fmas_and_memory():
+    """scripts/bench_scan.py's hardware limit of a selective scan call at mamba-130m widths with an H100's peaks:
+    3 exponentials per state and step at 16 per clock per multiprocessor bound it, about 0.29 ms."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "scripts" / "bench_scan.py"
+    spec = importlib.util.spec_from_file_location("bench_scan", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    clock = 1.98e9
+    peaks = {"exp_per_s": 132 * 16 * clock, "fma_per_s": 132 * 128 * clock, "memory_bytes_per_s": 3.35e12}
+    limit = bench.selective_limit_ms(dict(batch=8, dim=1536, N=16, L=2048), 2, peaks)
+    states = 8 * 1536 * 16 * 2048
+    assert limit["exp_ms"] == round(3 * states / peaks["exp_per_s"] * 1e3, 4)
+    assert limit["limit_ms"] == limit["exp_ms"] == pytest.approx(0.289, abs=1e-3)
+    assert limit["hbm_ms"] < limit["exp_ms"] and limit["fma_ms"] < limit["exp_ms"]
+    slow_memory = bench.selective_limit_ms(dict(batch=8, dim=1536, N=16, L=2048), 2, {**peaks, "memory_bytes_per_s": 1e11})
+    assert slow_memory["limit_ms"] == slow_memory["hbm_ms"] > limit["limit_ms"]
