@@ -22,13 +22,21 @@ import torch
 from torch import nn
 
 from seqssm.errors import InputDtypeError, InputShapeError, check_int
-from seqssm.ops.checks import check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating, holds
 from seqssm.optim import SSM_LR_SCALE, tag_ssm
 
 State = Any  # a tensor or a nested tuple / list of tensors
 
+class _Inside(threading.local):
+    """.call: True while a layer's checked public call runs in this thread (see `_nested`). Set in each thread
+    from its first use, so that torch.compile's guards on it hold from the first call on."""
+
+    def __init__(self):
+        self.call = False
+
+
 _frozen = threading.local()
-_inside = threading.local()  # .call: True while a layer's checked public call runs (see `_nested`)
+_inside = _Inside()
 
 
 def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -158,7 +166,7 @@ def _check_state_leaf(where: str, path: str, expected, given, batch: int) -> Non
 
 def _nested() -> bool:
     """Is this call inside another layer's call? Then the outermost call has checked the inputs it derives from."""
-    return getattr(_inside, "call", False)
+    return _inside.call
 
 
 def _run_nested(fn: Callable, *args):
@@ -351,9 +359,9 @@ def check_lengths(where: str, lengths: torch.Tensor | None, batch: int, length: 
         raise InputDtypeError(f"{where}: lengths must be an integer tensor (batch,), got {got}")
     if tuple(lengths.shape) != (batch,):
         raise InputShapeError(f"{where}: lengths must be (batch,) = ({batch},), got {tuple(lengths.shape)}")
-    if lengths.numel() and (lengths.min() < 0 or lengths.max() > length):
-        raise ValueError(f"{where}: lengths must lie in [0, L] = [0, {length}], got values from "
-                         f"{int(lengths.min())} to {int(lengths.max())}")
+    in_range = f"{where}: lengths must lie in [0, L] = [0, {length}]"
+    if lengths.numel() and not holds(((lengths >= 0) & (lengths <= length)).all(), in_range):
+        raise ValueError(f"{in_range}, got values from {int(lengths.min())} to {int(lengths.max())}")
     return lengths
 
 

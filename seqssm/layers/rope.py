@@ -71,14 +71,21 @@ class RoPE(nn.Module):
         if self.trainable:
             ang = self.angles(positions, torch.promote_types(dtype, torch.float32)).repeat_interleave(2, dim=-1)
             return ang.cos().to(dtype), ang.sin().to(dtype)
+        if torch.compiler.is_compiling():
+            # The table's size follows the largest position, a value a graph cannot branch on: compute the rows.
+            return self._fixed_cos_sin(positions, dtype)
         needed = int(positions.max()) + 1 if positions.numel() else 1
         cache = self._cache
         if cache is None or cache[0].shape[0] < needed or cache[0].device != positions.device or cache[0].dtype != dtype:
             size = max(needed, 2 * cache[0].shape[0] if cache is not None else 0)
-            # Angles in float64: k θ for k in the thousands must not lose the low bits before cos/sin.
-            ang = self.angles(torch.arange(size, device=positions.device)).repeat_interleave(2, dim=-1)
-            cache = self._cache = (ang.cos().to(dtype), ang.sin().to(dtype))
+            cache = self._cache = self._fixed_cos_sin(torch.arange(size, device=positions.device), dtype)
         return cache[0][positions], cache[1][positions]
+
+    def _fixed_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
+        """`_cos_sin` for a fixed θ, from angles in float64: k θ for k in the thousands must not lose the low bits
+        before cos/sin."""
+        ang = self.angles(positions).repeat_interleave(2, dim=-1)
+        return ang.cos().to(dtype), ang.sin().to(dtype)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, dim) [or (B, dim) with positions (B,)], positions (B, L) or (L,) long (default 0..L-1) -> rotated x."""

@@ -23,7 +23,7 @@ from seqssm.models.decoding import decode
 from seqssm.models.hub import push_to_hub, save_pretrained
 from seqssm.models.reading import load_pretrained
 from seqssm.models.registry import model_config
-from seqssm.ops.checks import check_flags, check_floating
+from seqssm.ops.checks import check_flags, check_floating, holds
 
 
 def check_temperature(temperature, name: str = "temperature") -> float:
@@ -176,9 +176,9 @@ class SequenceModel(nn.Module):
                                       f"got shape {tuple(inputs.shape)}{hint}")
             if inputs.numel():
                 low, high = torch.aminmax(inputs)
-                if low < 0 or high >= self.vocab_size:
-                    raise ValueError(f"{where}: {name} must lie in [0, vocab_size) = [0, {self.vocab_size}), "
-                                     f"got ids from {int(low)} to {int(high)}")
+                in_range = f"{where}: {name} must lie in [0, vocab_size) = [0, {self.vocab_size})"
+                if not holds((low >= 0) & (high < self.vocab_size), in_range):
+                    raise ValueError(f"{in_range}, got ids from {int(low)} to {int(high)}")
         else:
             check_floating(where, **{name: inputs})
             d_input = self.embedding.in_features
@@ -195,16 +195,17 @@ class SequenceModel(nn.Module):
                 raise ValueError("SequenceModel.forward: give lengths or mask, not both")
             mask = check_flags("SequenceModel.forward", "mask", mask, batch, length)
             lengths = mask.sum(1)
-            if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths[:, None]):
-                raise ValueError("mask must mark right-padded sequences: True for the first lengths[b] positions only")
+            right_padded = "mask must mark right-padded sequences: True for the first lengths[b] positions only"
+            if not holds((mask == (torch.arange(length, device=mask.device) < lengths[:, None])).all(), right_padded):
+                raise ValueError(right_padded)
         lengths = check_lengths("SequenceModel.forward", lengths, batch, length)
         if self.pooling is not None:
             if length == 0:
                 raise InputShapeError(f"SequenceModel.forward: pooling={self.pooling!r} classifies whole sequences "
                                       "and needs at least one token each, got an empty sequence (L = 0)")
-            if lengths is not None and lengths.numel() and lengths.min() < 1:
-                raise ValueError(f"SequenceModel.forward: pooling={self.pooling!r} needs at least one token per "
-                                 f"sequence; lengths holds 0 at rows {torch.nonzero(lengths < 1).flatten().tolist()}")
+            one_token = f"SequenceModel.forward: pooling={self.pooling!r} needs at least one token per sequence"
+            if lengths is not None and lengths.numel() and not holds((lengths >= 1).all(), one_token):
+                raise ValueError(f"{one_token}; lengths holds 0 at rows {torch.nonzero(lengths < 1).flatten().tolist()}")
         return None if lengths is None else lengths.to(device=inputs.device, dtype=torch.long)
 
     def embed(self, inputs: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,10 @@ Triton, on CUDA; the pure-PyTorch path elsewhere ("reference" never runs on "aut
 call, and "auto" decides where it cannot. An explicit backend= that cannot serve the call is an
 error naming why. The choice made for each op is logged once.
 
+`choose` is traceable by torch.compile without a graph break: it reads dicts and the tensors' metadata, and
+what it cannot trace (whether a package imports, the log line) runs in `torch.compiler.assume_constant_result`
+helpers, which dynamo calls once while tracing and whose results it keeps as constants.
+
 Capabilities are what differs between implementations: devices, dtypes (complex ones included),
 an initial state, resets, and an op-specific check of the arguments. Every implementation has
 gradients for all its inputs, and masks (right padding in RL) reach the ops as inputs (Δ = 0 for
@@ -71,7 +75,7 @@ class Backend:
 
     def why_not(self, call: Call) -> str | None:
         """Why this backend cannot run `call`, or None when it can."""
-        missing = self.available()
+        missing = _missing(self.op, self.name)
         if missing:
             return missing
         if self.devices is not None and call.device.type not in self.devices:
@@ -85,15 +89,26 @@ class Backend:
             return "it takes no resets"
         return self.check(call) if self.check else None
 
-    @functools.cached_property
+    @property
     def function(self) -> Callable:
+        """The implementation: `target`, or the function that "module:function" names, imported on first use."""
         if callable(self.target):
             return self.target
-        module, name = self.target.split(":")
-        return getattr(importlib.import_module(module), name)
+        _import(self.target)
+        return _IMPORTED[self.target]
 
 
 _REGISTRY: dict[str, list[Backend]] = {}
+_IMPORTED: dict[str, Callable] = {}  # "module:function" -> the function
+
+
+@torch.compiler.assume_constant_result
+def _import(target: str) -> bool:
+    """Import the function "module:function" into `_IMPORTED` (once, and outside any graph dynamo traces)."""
+    if target not in _IMPORTED:
+        module, name = target.split(":")
+        _IMPORTED[target] = getattr(importlib.import_module(module), name)
+    return True
 
 
 def register(backend: Backend) -> Backend:
@@ -110,9 +125,24 @@ def backends(op: str) -> tuple[str, ...]:
     return ("auto", *(b.name for b in _REGISTRY[op]))
 
 
-@functools.lru_cache(maxsize=None)
-def _log_choice(op: str, backend: str) -> None:
-    log.info("seqssm.ops.%s: using the %r backend", op, backend)
+_LOGGED: set[tuple[str, str]] = set()  # (op, backend) pairs whose choice has been logged
+
+
+@torch.compiler.assume_constant_result
+def _log_choice(op: str, backend: str) -> bool:
+    """Log the first choice of `backend` for `op`. Under torch.compile it runs once, while dynamo traces, so no
+    compiled graph holds a logging call."""
+    if (op, backend) not in _LOGGED:
+        _LOGGED.add((op, backend))
+        log.info("seqssm.ops.%s: using the %r backend", op, backend)
+    return True
+
+
+@torch.compiler.assume_constant_result
+def _missing(op: str, name: str) -> str | None:
+    """Why backend `name` of `op` is not installed (None when it is): its `available()`, which imports packages,
+    so that dynamo asks it while tracing instead of tracing it."""
+    return next(b for b in _REGISTRY[op] if b.name == name).available()
 
 
 def choose(op: str, backend: str, call: Call) -> Callable:
@@ -172,6 +202,11 @@ def optional_function(module: str, name: str) -> tuple[Callable | None, str | No
 def mamba_selective_scan():
     """(mamba_ssm's `selective_scan_fn`, None), or (None, why it does not load)."""
     return optional_function("mamba_ssm.ops.selective_scan_interface", "selective_scan_fn")
+
+
+def causal_conv1d_package():
+    """(the `causal_conv1d` package's `causal_conv1d_fn`, None), or (None, why it does not load)."""
+    return optional_function("causal_conv1d", "causal_conv1d_fn")
 
 
 def has_mamba_ssm() -> bool:

@@ -10,6 +10,9 @@
 - Empty in, empty out: a batch of 0 or a sequence of L = 0 gives outputs of the right empty shape, and the
   state passes through unchanged (a batch-0 state for batch 0).
 - A wrong shape is an `InputShapeError` naming the expected and the given shape.
+- Checks that read tensor values (token ids in range, 0/1 flags, lengths) go through `holds`: eagerly they
+  raise their error with the offending values; under torch.compile they become an assertion in the graph
+  (no Python branch on a value, so no graph break) that fails with the error's fixed part.
 """
 
 from __future__ import annotations
@@ -20,6 +23,16 @@ import torch
 
 from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.ops.backend import COMPLEX, REAL
+
+
+def holds(condition: torch.Tensor, compiled_message: str) -> bool:
+    """Does the bool tensor `condition` (one element) hold? Eagerly its value decides, and the caller raises its
+    own error when it does not. While torch.compile traces, it is asserted inside the graph instead (failing
+    with RuntimeError(compiled_message) when the graph runs) and taken as holding."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(condition, compiled_message)
+        return True
+    return bool(condition)
 
 
 def check_floating(where: str, allow_complex: bool = False, **tensors: torch.Tensor | None) -> None:
@@ -50,16 +63,17 @@ def check_flags(where: str, name: str, flags: torch.Tensor | None, batch: int, l
     if flags.is_floating_point() or flags.is_complex():
         raise InputDtypeError(f"{where}: {name} must be bool (one True/False per step), got {flags.dtype}: a float "
                               f"flag is ambiguous (is 0.3 True?); pass {name}.bool() if it holds 0/1, or {name} > 0.5")
-    if flags.numel() and not ((flags == 0) | (flags == 1)).all():
-        raise InputDtypeError(f"{where}: {name} of dtype {flags.dtype} must hold only 0 and 1 (or be bool), "
-                              f"got values {torch.unique(flags)[:8].tolist()}")
+    only_01 = f"{where}: {name} of dtype {flags.dtype} must hold only 0 and 1 (or be bool)"
+    if flags.numel() and not holds(((flags == 0) | (flags == 1)).all(), only_01):
+        raise InputDtypeError(f"{only_01}, got values {torch.unique(flags)[:8].tolist()}")
     return flags.to(torch.bool)
 
 
 def check_length(where: str, L) -> int:
-    """A sequence length argument: an int >= 0."""
+    """A sequence length argument: an int >= 0. An int (a symbolic one too: a traced shape under torch.compile with
+    dynamic shapes) passes as it is: operator.index would fix the graph to its one value."""
     try:
-        length = operator.index(L) if not isinstance(L, bool) else None
+        length = None if isinstance(L, bool) else L if isinstance(L, int) else operator.index(L)
     except TypeError:
         length = None
     if length is None or length < 0:

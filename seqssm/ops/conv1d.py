@@ -6,7 +6,8 @@ where inputs before t = 0 come from `initial_state` (batch, dim, K - 1) (zeros w
 reset at t (resets[b, t] = True) hides every input before t from outputs at t and after.
 Backends: "reference" runs the recurrence step by step; "torch" sums K shifted copies of the
 left-padded input (resets mask the taps), on CPU and on CUDA; on CUDA "auto" prefers the
-`causal_conv1d` package when it is installed and the call has neither an initial state nor resets.
+`causal_conv1d` package when it is installed and the call has neither an initial state nor resets (through
+the custom op of `seqssm.ops.cuda_packages`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.errors import InputShapeError
-from seqssm.ops.backend import CUDA, NEVER, Backend, Call, choose, optional_function, register
+from seqssm.ops.backend import CUDA, NEVER, Backend, Call, causal_conv1d_package, choose, register
 from seqssm.ops.checks import check_flags, check_floating
+from seqssm.ops.cuda_packages import causal_conv1d_package_op
 from seqssm.ops.layout import is_channels_last
-
-
-def causal_conv1d_package():
-    """(the `causal_conv1d` package's `causal_conv1d_fn`, None), or (None, why it does not load)."""
-    return optional_function("causal_conv1d", "causal_conv1d_fn")
 
 
 def _check(x, weight, bias, initial_state, resets):
@@ -78,8 +75,7 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
 
 
 def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
-    causal_conv1d_fn, _ = causal_conv1d_package()
-    y = causal_conv1d_fn(x, weight, bias)
+    y = causal_conv1d_package_op(x, weight, bias)
     return (y, _final_state(F.pad(x, (weight.shape[1] - 1, 0)), None, weight.shape[1])) if return_final_state else y
 
 

@@ -7,7 +7,8 @@ Implementations with one signature, registered as backends (`seqssm.ops.backend`
   side by side (T steps on (B, K, F) slices instead of L steps on (B, F) slices), then the chunk
   carries are propagated and folded in with the chunk-local cumulative products of `a`.
   Its backward is the same scan run in reverse on conj(a), so autograd stores only the inputs
-  and the output, never per-step graph nodes.
+  and the output, never per-step graph nodes. Forward and backward are custom ops
+  (`torch.ops.seqssm.linear_scan_chunked[_backward]`), which torch.compile keeps whole.
 - `seqssm.ops.triton_scan.linear_scan_triton`: Triton kernels, log-depth scans inside chunks (CUDA).
 Resets (B, L) are applied by zeroing a_t, which is exactly "zero the state before step t".
 """
@@ -15,8 +16,10 @@ Resets (B, L) are applied by zeroing a_t, which is exactly "zero the state befor
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
+from torch import Tensor
 
 from seqssm.errors import InputShapeError
 from seqssm.ops.backend import (
@@ -114,24 +117,47 @@ def _scan_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, rev
     return out.reshape(batch, chunks * steps, feat)[:, :length]
 
 
-class _LinearScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, h0):
-        h = _scan_forward(a, b, h0)
-        ctx.save_for_backward(a, h, h0)
-        return h
+@torch.library.custom_op("seqssm::linear_scan_chunked", mutates_args=())
+def linear_scan_chunked(a: Tensor, b: Tensor, h0: Optional[Tensor]) -> Tensor:
+    """The chunked scan as a differentiable custom op: a, b (B, L, F) of one dtype, h0 (B, F) or None -> h
+    (B, L, F), contiguous. torch.compile keeps it whole (dynamo would unroll its loops)."""
+    return _scan_forward(a, b, h0).contiguous()
 
-    @staticmethod
-    def backward(ctx, grad_h):
-        a, h, h0 = ctx.saved_tensors
-        # Adjoint recurrence g_t = grad_h_t + conj(a_{t+1}) g_{t+1}, run as a forward scan on
-        # time-reversed tensors. For complex tensors PyTorch's gradients are conjugate Wirtinger.
-        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1).conj()
-        g = _scan_forward(a_next, grad_h, None, reverse=True)
-        h_prev = torch.cat([(h0 if h0 is not None else torch.zeros_like(h[:, 0])).unsqueeze(1), h[:, :-1]], dim=1)
-        grad_a = g * h_prev.conj() if ctx.needs_input_grad[0] else None
-        grad_h0 = g[:, 0] * a[:, 0].conj() if h0 is not None and ctx.needs_input_grad[2] else None
-        return grad_a, g, grad_h0
+
+@linear_scan_chunked.register_fake
+def _(a, b, h0):
+    return torch.empty_like(b, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("seqssm::linear_scan_chunked_backward", mutates_args=())
+def linear_scan_chunked_backward(a: Tensor, h: Tensor, h0: Optional[Tensor], grad_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of `linear_scan_chunked`'s a, b and h0 from those of h (its output), without recomputation."""
+    # Adjoint recurrence g_t = grad_h_t + conj(a_{t+1}) g_{t+1}, run as a forward scan on
+    # time-reversed tensors. For complex tensors PyTorch's gradients are conjugate Wirtinger. Conjugates are
+    # physical: inside a compiled graph this op would read a lazy conj() view unconjugated (torch 2.13).
+    a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1).conj_physical()
+    g = _scan_forward(a_next, grad_h.contiguous(), None, reverse=True).contiguous()
+    h_prev = torch.cat([(h0 if h0 is not None else torch.zeros_like(h[:, 0])).unsqueeze(1), h[:, :-1]], dim=1)
+    return g * h_prev.conj_physical(), g, g[:, 0] * a[:, 0].conj_physical()
+
+
+@linear_scan_chunked_backward.register_fake
+def _(a, h, h0, grad_h):
+    return torch.empty_like(h), torch.empty_like(h), h.new_empty(h.shape[0], h.shape[2])
+
+
+def _save_for_backward(ctx, inputs, output):
+    a, _, h0 = inputs
+    ctx.save_for_backward(a, output, h0)
+
+
+def _backward(ctx, grad_h):
+    a, h, h0 = ctx.saved_tensors
+    grad_a, grad_b, grad_h0 = linear_scan_chunked_backward(a, h, h0, grad_h)
+    return grad_a, grad_b, None if h0 is None else grad_h0
+
+
+linear_scan_chunked.register_autograd(_backward, setup_context=_save_for_backward)
 
 
 def linear_scan_torch(a, b, initial_state=None, resets=None):
@@ -142,7 +168,7 @@ def linear_scan_torch(a, b, initial_state=None, resets=None):
     a = a.reshape(flat)  # copies only where `a` was broadcast
     b = b.reshape(flat)
     h0 = h0.reshape(shape[0], -1) if h0 is not None else None
-    return _LinearScan.apply(a, b, h0).reshape(shape)
+    return linear_scan_chunked(a, b, h0).reshape(shape)
 
 
 def linear_scan(a, b, initial_state=None, resets=None, backend: str = "auto"):

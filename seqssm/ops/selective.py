@@ -11,8 +11,8 @@ initial_state (batch, dim, N).
 Backends (registered in `seqssm.ops.backend`): "reference" is the sequential definition; "torch"
 walks the sequence in chunks whose (batch, chunk, dim, N) intermediates are recomputed in the
 backward pass instead of stored, so memory stays a small fraction of one (batch, L, dim, N)
-tensor; "triton" (`seqssm.ops.triton_scan`) does the same in Triton kernels; "mamba_ssm" calls
-mamba_ssm's CUDA kernel (no initial state or resets there).
+tensor (`seqssm.ops.selective_chunked`); "triton" (`seqssm.ops.triton_scan`) does the same in Triton kernels;
+"mamba_ssm" calls mamba_ssm's CUDA kernels (no initial state or resets there; `seqssm.ops.cuda_packages`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import torch.nn.functional as F
 
 from seqssm.errors import InputShapeError
 from seqssm.ops.backend import (
-    CUDA, NEVER, Backend, Call, choose, mamba_selective_scan, mamba_ssm_missing, register, triton_device_check,
-    triton_missing,
+    CUDA, NEVER, Backend, Call, choose, mamba_ssm_missing, register, triton_device_check, triton_missing,
 )
 from seqssm.ops.checks import check_flags, check_floating
-from seqssm.ops.layout import is_channels_last
+from seqssm.ops.cuda_packages import mamba_selective_scan
+from seqssm.ops.selective_chunked import _groups, selective_scan_chunked
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
 # amortises its dispatch cost, small enough that the four buffers stay in a core's L2 cache.
@@ -141,210 +141,10 @@ def selective_scan_reference(
     return (y, h.to(y.dtype)) if return_last_state else y
 
 
-class _ChunkBuffers:
-    """(chunk, b, g, N, e) buffers allocated once per call and reused by every chunk, with their
-    per-step views made once: indexing a tensor each step costs as much as the step's arithmetic."""
-
-    def __init__(self, like: torch.Tensor, chunk: int, state: tuple, names: tuple):
-        for name in names:
-            buf = like.new_empty(chunk, *state)
-            setattr(self, name, buf)
-            setattr(self, name + "_t", buf.unbind(0))
-
-
-class _Invariant(NamedTuple):
-    """A time-invariant B or C inside the torch path, as (g, N, e): the same at every step and batch row."""
-
-    value: torch.Tensor
-
-
-def _contract_state(M, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Σ_N M x into out (n, b, g, 1, e): M a chunk of a variable B or C (n, b, g, N) or an _Invariant;
-    x (n, b, g, N, e)."""
-    if isinstance(M, _Invariant):
-        return torch.sum(x * M.value, -2, keepdim=True, out=out)
-    return torch.matmul(M.unsqueeze(-2), x, out=out)
-
-
-def _grad_bc(grad, a: torch.Tensor, x: torch.Tensor) -> None:
-    """Gradient of B or C from Σ_e a x, a (n, b, g, 1, e), x (n, b, g, N, e): into a variable one's chunk
-    view grad (n, b, g, 1, N), or summed over steps and batch rows into an _Invariant accumulator."""
-    if isinstance(grad, _Invariant):
-        grad.value.add_((a * x).sum((0, 1)))
-    else:
-        torch.matmul(a, x.transpose(-1, -2), out=grad)
-
-
-def _chunk_states(buf, n, delta, du, A, B, keep, start):
-    """Discretise and scan one chunk of n steps into buf.dA and buf.h, time-major:
-    delta, du (n, b, g, 1, e); A (g, N, e); B (n, b, g, N) or _Invariant; keep (n, b) or None;
-    start (b, g, N, e). Returns dA = exp(delta A) (0 where the state resets) and h, the state after
-    each step, both (n, b, g, N, e) views of the buffers."""
-    dA, h = buf.dA[:n], buf.h[:n]
-    torch.mul(delta, A, out=dA).exp_()
-    if keep is not None:
-        dA.mul_(keep.view(*keep.shape, 1, 1, 1))
-    torch.mul(du, B.value if isinstance(B, _Invariant) else B.unsqueeze(-1), out=h)
-    prev = start
-    for dA_t, h_t in zip(buf.dA_t[:n], buf.h_t[:n]):
-        prev = h_t.addcmul_(dA_t, prev)
-    return dA, h
-
-
-def _time_major(x: torch.Tensor) -> torch.Tensor:
-    """x (b, ..., L) -> contiguous (L, b, ...), copying as little as its memory layout allows."""
-    perm = (x.ndim - 1, *range(x.ndim - 1))
-    viewed = x.permute(perm)
-    if viewed.stride(-1) == 1 or not x.is_contiguous():
-        # Channels-last memory (as S6 passes its (b, L, d) activations): whole rows copy, or nothing
-        # at all at batch 1.
-        return viewed.contiguous()
-    # A 2-D transpose of a contiguous tensor takes torch's cache-blocked copy, several times faster
-    # than copying an N-d permuted view.
-    return x.reshape(-1, x.shape[-1]).t().contiguous().view(viewed.shape)
-
-
-def _from_time_major(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    """x contiguous (L, b, ...) -> (b, ..., L): a free view when the caller's tensors are channels-last,
-    else contiguous, so that the output keeps the memory layout of the input."""
-    viewed = x.permute(*range(1, x.ndim), 0)
-    if channels_last:
-        return viewed
-    return x.reshape(x.shape[0], -1).t().contiguous().view(viewed.shape)
-
-
-def _chunks(chunk: int, *tensors):
-    """Zip of each tensor's consecutive `chunk`-step views along dim 0 (None or an _Invariant is the same
-    for every chunk)."""
-    length = next(t for t in tensors if isinstance(t, torch.Tensor)).shape[0]
-    count = -(-length // chunk)
-    return zip(*(t.split(chunk) if isinstance(t, torch.Tensor) else [t] * count for t in tensors))
-
-
-def _bc_inside(M: torch.Tensor, length: int, batch: int, groups: int, n_state: int):
-    """B or C as the torch path uses it: variable (b, g, N, L) -> time-major (L, b, g, N); time-invariant
-    (dim, N) -> _Invariant (g, N, e)."""
-    if M.ndim == 2:
-        return _Invariant(M.view(groups, -1, n_state).transpose(-1, -2).contiguous())
-    return _time_major(M).view(length, batch, groups, n_state)
-
-
-def _as_state(M) -> torch.Tensor:
-    """A chunk of B or C broadcastable against states (n, b, g, N, e)."""
-    return M.value if isinstance(M, _Invariant) else M.unsqueeze(-1)
-
-
-def _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts):
-    """The chunked forward of `_SelectiveScan` (same arguments) -> y (L, b, dim), last state (b, dim, N),
-    the time-major inputs (u, delta, A, B, C, keep) and, with store_starts, every chunk's start state."""
-    batch, dim, length = u.shape
-    groups, n_state = _groups(B, C), A.shape[1]
-    e = dim // groups
-    u, delta = (_time_major(x).view(length, batch, groups, 1, e) for x in (u, delta))
-    B, C = (_bc_inside(M, length, batch, groups, n_state) for M in (B, C))
-    A = A.reshape(groups, e, n_state).transpose(-1, -2).contiguous()
-    keep = None if keep is None else keep.t().contiguous()
-    state = (batch, groups, n_state, e)
-    chunk = min(chunk, length)
-    du = delta * u
-    buf = _ChunkBuffers(u, chunk, state, ("dA", "h"))
-    # The state entering each chunk: all of them for backward, else one slot that outlives the chunk.
-    starts = u.new_empty(-(-length // chunk) if store_starts else 1, *state)
-    y = torch.empty_like(u)
-    prev = h0.reshape(batch, groups, e, n_state).transpose(-1, -2)
-    for i, (delta_c, du_c, B_c, C_c, keep_c, y_c) in enumerate(_chunks(chunk, delta, du, B, C, keep, y)):
-        n = delta_c.shape[0]
-        start = starts[i if store_starts else 0].copy_(prev)
-        _, h = _chunk_states(buf, n, delta_c, du_c, A, B_c, keep_c, start)
-        _contract_state(C_c, h, out=y_c)
-        prev = h[n - 1]
-    last = prev.transpose(-1, -2).reshape(batch, dim, n_state)
-    return y.view(length, batch, dim), last, (u, delta, A, B, C, keep), starts
-
-
-def _groups(B: torch.Tensor, C: torch.Tensor) -> int:
-    """Groups of the variable one of B, C given as (b, g, N, L) or (dim, N); 1 when both are time-invariant."""
-    return next((M.shape[1] for M in (B, C) if M.ndim == 4), 1)
-
-
-class _SelectiveScan(torch.autograd.Function):
-    """u, delta (b, dim, L); A (dim, N); B, C (b, g, N, L) or time-invariant (dim, N); h0 (b, dim, N);
-    keep (b, L) or None -> y (b, dim, L), last state (b, dim, N).
-
-    Inside, tensors are time-major with the state index before the channel, e = dim / g:
-    (L, b, g, 1, e) for u and delta, (L, b, g, N) for B and C, (b, g, N, e) for a state. Then every
-    per-step slice is one contiguous block and every reduction over N or over channels is a
-    contiguous matrix product. Only chunk-start states are kept for backward; all
-    (chunk, b, g, N, e) work happens in a few buffers allocated once per call."""
-
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, h0, keep, chunk):
-        ctx.channels_last = [is_channels_last(x) for x in (u, delta, B, C)]
-        y, last, inputs, starts = _selective_forward(u, delta, A, B, C, h0, keep, chunk, store_starts=True)
-        ctx.invariant = [isinstance(M, _Invariant) for M in inputs[3:5]]
-        ctx.save_for_backward(*(x.value if isinstance(x, _Invariant) else x for x in inputs), starts)
-        ctx.chunk = min(chunk, u.shape[-1])
-        return _from_time_major(y, ctx.channels_last[0]), last
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_last):
-        u, delta, A, B, C, keep, starts = ctx.saved_tensors
-        B, C = (_Invariant(M) if inv else M for M, inv in zip((B, C), ctx.invariant))
-        chunk = ctx.chunk
-        length, batch, groups, _, e = u.shape
-        n_state = A.shape[1]
-        grad_y = _time_major(grad_y).view(u.shape)
-        du = delta * u
-        grad_du, grad_delta = torch.empty_like(u), torch.empty_like(u)
-        # Chunk views (L, b, g, 1, N) of variable gradients; sums over steps and rows for invariant ones.
-        grad_B, grad_C = (
-            _Invariant(torch.zeros_like(M.value)) if isinstance(M, _Invariant) else torch.empty_like(M).unsqueeze(-2)
-            for M in (B, C)
-        )
-        buf = _ChunkBuffers(u, chunk, starts.shape[1:], ("dA", "h", "g", "grad_A"))
-        buf.grad_A.zero_()  # per-slot sums of g * delta over chunks, reduced once at the end
-        # Adjoint of the state after the current chunk, carried backwards across chunks.
-        if grad_last is None:
-            g_next = torch.zeros_like(starts[0])
-        else:
-            g_next = grad_last.reshape(batch, groups, e, n_state).transpose(-1, -2).contiguous()
-        pieces = _chunks(chunk, delta, du, B, C, keep, grad_y, grad_C, grad_B, grad_du, grad_delta)
-        for i, (delta_c, du_c, B_c, C_c, keep_c, gy, grad_C_c, grad_B_c, grad_du_c, grad_delta_c) in reversed(
-            list(enumerate(pieces))
-        ):
-            n = delta_c.shape[0]
-            dA, h = _chunk_states(buf, n, delta_c, du_c, A, B_c, keep_c, starts[i])
-            g_c = buf.g[:n]
-            # Adjoint g_t = C_t gy_t + dA_{t+1} g_{t+1}; the chunk's last step receives g_next.
-            torch.mul(_as_state(C_c), gy, out=g_c)
-            g_c[n - 1] += g_next
-            for t in range(n - 2, -1, -1):
-                buf.g_t[t].addcmul_(buf.dA_t[t + 1], buf.g_t[t + 1])
-            _grad_bc(grad_C_c, gy, h)
-            _grad_bc(grad_B_c, du_c, g_c)
-            _contract_state(B_c, g_c, out=grad_du_c)
-            g_next = dA[0] * g_c[0]  # adjoint of the state before this chunk
-            # d loss / d (delta A) = g_t * h_{t-1} * dA_t, in place: g is spent.
-            g_c[1:].mul_(h[:-1])
-            g_c[0].mul_(starts[i])
-            g_c.mul_(dA)
-            buf.grad_A[:n].addcmul_(g_c, delta_c)
-            torch.sum(g_c.mul_(A), -2, keepdim=True, out=grad_delta_c)
-        grad_A = buf.grad_A.sum((0, 1))
-        grad_delta.addcmul_(grad_du, u)
-        grad_u = grad_du.mul_(delta)
-        dim = groups * e
-        grad_u, grad_delta = (_from_time_major(g.view(length, batch, dim), last)
-                              for g, last in zip((grad_u, grad_delta), ctx.channels_last))
-        grad_B, grad_C = (
-            g.value.transpose(-1, -2).reshape(dim, n_state) if isinstance(g, _Invariant)
-            else _from_time_major(g.squeeze(-2), last)
-            for g, last in zip((grad_B, grad_C), ctx.channels_last[2:])
-        )
-        return (
-            grad_u, grad_delta, grad_A.transpose(-1, -2).reshape(dim, n_state), grad_B, grad_C,
-            g_next.transpose(-1, -2).reshape(batch, dim, n_state), None, None,
-        )
+@torch.compiler.assume_constant_result
+def _threads() -> int:
+    """torch's intra-op threads, which size the torch path's chunks (a constant to torch.compile)."""
+    return torch.get_num_threads()
 
 
 def _selective_scan_torch(
@@ -360,13 +160,10 @@ def _selective_scan_torch(
     delta = _prepare_delta(delta, delta_bias, delta_softplus, compute)
     h0 = u_c.new_zeros(batch, dim, n) if initial_state is None else initial_state.to(compute)
     keep = None if resets is None else (~resets.to(torch.bool)).to(compute)
-    chunk = max(1, _CHUNK_ELEMENTS * torch.get_num_threads() // (batch * dim * n))
-    args = (u_c, delta, A.to(compute), B.to(compute), C.to(compute), h0, keep, chunk)
-    if torch.is_grad_enabled() and any(x.requires_grad for x in args[:6]):
-        y, last = _SelectiveScan.apply(*args)
-    else:  # inference: no chunk-start states to keep
-        y, last, _, _ = _selective_forward(*args, store_starts=False)
-        y = _from_time_major(y, is_channels_last(u_c))
+    chunk = max(1, _CHUNK_ELEMENTS * _threads() // (batch * dim * n))
+    args = (u_c, delta, A.to(compute), B.to(compute), C.to(compute), h0)
+    store_starts = torch.is_grad_enabled() and any(x.requires_grad for x in args)  # inference keeps none
+    y, last, _ = selective_scan_chunked(*args, keep, chunk, store_starts)
     y = _finish(y, u_c, D, z, out_dtype)
     return (y, last.to(y.dtype)) if return_last_state else y
 
@@ -375,12 +172,9 @@ def _selective_scan_mamba(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
-    selective_scan_fn, _ = mamba_selective_scan()
-    out = selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
-    if not return_last_state:
-        return out
-    y, last = out
-    return y, last.to(u.dtype)  # mamba_ssm keeps it in float32; every backend returns u's dtype
+    y, last, _, _ = mamba_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    # mamba_ssm keeps the last state in float32; every backend returns u's dtype.
+    return (y, last.to(u.dtype)) if return_last_state else y
 
 
 class _SelectiveDetail(NamedTuple):

@@ -21,6 +21,7 @@ import torch
 from seqssm.ops.checks import check_floating, check_length
 
 DISCRETIZATIONS = ("zoh", "bilinear")
+_COMPILED_SPLIT = 32  # the c of `_split` in a compiled graph
 
 
 def _check_method(method: str) -> None:
@@ -67,6 +68,10 @@ def vandermonde_matrix(log_a: torch.Tensor, L: int) -> torch.Tensor:
 def _split(L: int) -> tuple[int, int]:
     # j = j_lo + c j_hi with j_lo < c, j_hi < m, c ~ sqrt(L): a^j = a^j_lo a^(c j_hi) turns the
     # (N, L) Vandermonde product into two small exponentials and one batched matmul.
+    if torch.compiler.is_compiling():
+        # One graph for every L under dynamic shapes: a square root of a symbolic L, or c m = L exactly for some L
+        # only, would each fix the graph to a set of lengths. A fixed c costs only exponentials (c + L / c per mode).
+        return _COMPILED_SPLIT, L // _COMPILED_SPLIT + 2  # m > 1: a size of 1 would be a graph of its own
     c = math.isqrt(max(L, 1) - 1) + 1
     return c, -(-L // c)
 

@@ -97,8 +97,8 @@ def test_every_op_lists_its_backends():
         register(Backend("linear_scan", "torch", linear_scan_torch))
 
 
-def test_choice_is_logged_once_per_op(caplog):
-    backend_module._log_choice.cache_clear()
+def test_choice_is_logged_once_per_op(caplog, monkeypatch):
+    monkeypatch.setattr(backend_module, "_LOGGED", set())
     x, w = torch.rand(1, 2, 5), torch.rand(2, 3)
     with caplog.at_level(logging.INFO, logger="seqssm.ops"):
         for _ in range(3):

@@ -12,7 +12,7 @@ import torch
 import seqssm.ops.selective as selective_module
 from seqssm.ops import selective_scan
 from seqssm.ops.backend import Call, choose, optional_function
-from seqssm.ops.conv1d import _causal_conv1d_package, _causal_conv1d_torch
+from seqssm.ops.conv1d import _causal_conv1d_package, _causal_conv1d_torch, causal_conv1d_reference
 from seqssm.ops.selective import _selective_scan_mamba, _SelectiveDetail, selective_scan_reference
 
 CUDA = torch.device("cuda")
@@ -25,7 +25,7 @@ def packages(tmp_path, monkeypatch):
     def clear():
         optional_function.cache_clear()
         for name in list(sys.modules):
-            if name.split(".")[0] in ("mamba_ssm", "causal_conv1d"):
+            if name.split(".")[0] in ("mamba_ssm", "causal_conv1d", "selective_scan_cuda"):
                 del sys.modules[name]
 
     def write(files: dict):
@@ -45,16 +45,60 @@ BROKEN_MAMBA = {
     "mamba_ssm/ops/__init__.py": "",
     "mamba_ssm/ops/selective_scan_interface.py": "raise OSError('libcudart.so.12: cannot open shared object file')\n",
 }
-# mamba_ssm's contract as the adapter sees it: the last state in float32, and no gradient through it.
+# mamba_ssm's contract as the adapter sees it: the interface module that availability loads, and the kernel module
+# `selective_scan_cuda` its selective_scan_fn calls (fwd -> out, x (chunk states, the last state in the odd slots of
+# the last chunk, float32) [, out gated by z]; bwd -> du, ddelta, dA, dB, dC, dD, ddelta_bias [, dz], None for an
+# absent D or delta_bias), here computed with the torch path's chunked scan and its backward.
+KERNELS = """
+import torch
+import torch.nn.functional as F
+from seqssm.ops.selective_chunked import selective_scan_chunked, selective_scan_chunked_backward
+
+
+def _scan(u, delta, A, B, C, delta_bias, delta_softplus):
+    # in at least float32, as the kernels compute
+    u, delta, A, B, C = (t.to(torch.promote_types(t.dtype, torch.float32)) for t in (u, delta, A, B, C))
+    pre = delta if delta_bias is None else delta + delta_bias[:, None]
+    dt = F.softplus(pre) if delta_softplus else pre
+    y, last, starts = selective_scan_chunked(u, dt, A, B, C, u.new_zeros(*u.shape[:2], A.shape[1]), None, 4, True)
+    return pre, dt, y, last, starts
+
+
+def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    _, _, out, last, _ = _scan(u, delta, A, B, C, delta_bias, delta_softplus)
+    if D is not None:
+        out = out + u * D[:, None]
+    x = u.new_zeros(u.shape[0], u.shape[1], -(-u.shape[2] // 2048), 2 * A.shape[1], dtype=A.dtype)
+    x[:, :, -1, 1::2] = last
+    return [out.to(u.dtype), x] if z is None else [out.to(u.dtype), x, (out * F.silu(z)).to(u.dtype)]
+
+
+def bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z):
+    pre, dt, y, last, starts = _scan(u, delta, A, B, C, delta_bias, delta_softplus)
+    if z is not None:
+        sig = torch.sigmoid(z)
+        dz = dout * out * sig * (1 + z * (1 - sig))
+        dout = dout * F.silu(z)
+    du, ddt, dA, dB, dC, _ = selective_scan_chunked_backward(u, dt, A, B, C, None, starts, dout,
+                                                             torch.zeros_like(last), 4)
+    ddelta = ddt * torch.sigmoid(pre) if delta_softplus else ddt
+    dD = None if D is None else (dout * u).sum((0, 2))
+    du = du if D is None else du + dout * D[:, None]
+    ddelta_bias = None if delta_bias is None else ddelta.sum((0, 2))
+    du, ddelta, dB, dC = (g.to(t.dtype) for g, t in ((du, u), (ddelta, delta), (dB, B), (dC, C)))
+    return [du, ddelta, dA, dB, dC, dD, ddelta_bias] + ([dz.to(z.dtype)] if z is not None else [])
+"""
 WORKING_MAMBA = {
     "mamba_ssm/__init__.py": "",
     "mamba_ssm/ops/__init__.py": "",
-    "mamba_ssm/ops/selective_scan_interface.py": (
-        "from seqssm.ops.selective import selective_scan_reference\n"
-        "def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,\n"
-        "                      return_last_state=False):\n"
-        "    y, last = selective_scan_reference(u, delta, A, B, C, D, z, delta_bias, delta_softplus, True)\n"
-        "    return (y, last.detach().float()) if return_last_state else y\n"
+    "mamba_ssm/ops/selective_scan_interface.py": "import selective_scan_cuda\ndef selective_scan_fn(*args):\n    pass\n",
+    "selective_scan_cuda.py": KERNELS,
+}
+WORKING_CAUSAL_CONV1D = {
+    "causal_conv1d/__init__.py": (
+        "from seqssm.ops.conv1d import causal_conv1d_reference\n"
+        "def causal_conv1d_fn(x, weight, bias=None):\n"
+        "    return causal_conv1d_reference(x, weight, bias)\n"
     ),
 }
 
@@ -167,3 +211,139 @@ def test_broken_causal_conv1d_falls_back(packages, caplog):
             is _causal_conv1d_torch
     assert any("causal_conv1d.causal_conv1d_fn does not load (ModuleNotFoundError" in r.getMessage()
                for r in caplog.records)
+
+
+def _mamba_inputs(dtype=torch.float64, device="cpu"):
+    """A selective_scan_fn call with every optional input: u, delta, A, B, C, D, z, delta_bias (B 3-D, C 4-D)."""
+    torch.manual_seed(0)
+    b, d, n, length = 2, 4, 3, 6
+    u, delta, z = torch.randn(b, d, length), torch.rand(b, d, length) - 0.5, torch.randn(b, d, length)
+    A, D, delta_bias = -torch.rand(d, n) - 0.5, torch.randn(d), torch.randn(d)
+    B, C = torch.randn(b, n, length), torch.randn(b, 1, n, length)
+    return [t.to(device, dtype).requires_grad_() for t in (u, delta, A, B, C, D, z, delta_bias)]
+
+
+def test_mamba_ssm_adapter_gives_the_reference_outputs_and_gradients(packages):
+    packages(WORKING_MAMBA)
+    inputs = _mamba_inputs()
+    y = _selective_scan_mamba(*inputs, delta_softplus=True)
+    y_ref = selective_scan_reference(*inputs, delta_softplus=True)
+    torch.testing.assert_close(y, y_ref)
+    weights = torch.randn_like(y)
+    grads = torch.autograd.grad((y * weights).sum(), inputs)
+    grads_ref = torch.autograd.grad((y_ref * weights).sum(), inputs)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref)
+
+
+def test_mamba_ssm_ops_pass_opcheck(packages):
+    """Schemas, fake implementations (shapes, strides, dtypes), autograd registration and AOT dispatch of both ops,
+    with and without the optional inputs."""
+    from seqssm.ops.cuda_packages import mamba_selective_scan, mamba_selective_scan_backward
+
+    packages(WORKING_MAMBA)
+    u, delta, A, B, C, D, z, delta_bias = _mamba_inputs()
+    for optional in ((D, z, delta_bias), (None, None, None)):
+        torch.library.opcheck(mamba_selective_scan, (u, delta, A, B, C, *optional, True))
+        with torch.no_grad():
+            y, _, x, out = mamba_selective_scan(u, delta, A, B, C, *optional, True)
+        saved = [None if t is None else t.detach() for t in (u, delta, A, B, C, *optional)]  # no double backward
+        torch.library.opcheck(mamba_selective_scan_backward, (*saved, True, x, out, torch.randn_like(y)))
+
+
+def test_mamba_ssm_kernels_with_a_cu_seqlens_argument_get_it_as_none(packages):
+    """Releases whose kernels take cu_seqlens (a tenth argument) are called with it None."""
+    kernels = KERNELS.replace("def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus):",
+                              "def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, cu_seqlens):\n"
+                              "    assert cu_seqlens is None")
+    packages({**WORKING_MAMBA, "selective_scan_cuda.py": kernels})
+    inputs = [t.detach() for t in _mamba_inputs()]
+    torch.testing.assert_close(_selective_scan_mamba(*inputs), selective_scan_reference(*inputs))
+
+
+def _conv_inputs(dtype=torch.float64, device="cpu"):
+    torch.manual_seed(0)
+    x = torch.randn(2, 10, 16, device=device, dtype=dtype).transpose(1, 2)  # channels-last, as the Mamba block's
+    weight, bias = torch.randn(16, 4, device=device, dtype=dtype), torch.randn(16, device=device, dtype=dtype)
+    return [t.requires_grad_() for t in (x, weight, bias)]
+
+
+def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(packages):
+    packages(WORKING_CAUSAL_CONV1D)
+    inputs = _conv_inputs()
+    y, state = _causal_conv1d_package(*inputs, return_final_state=True)
+    y_ref, state_ref = causal_conv1d_reference(*inputs, return_final_state=True)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(state, state_ref)
+    weights = torch.randn_like(y)
+    for g, g_ref in zip(torch.autograd.grad((y * weights).sum(), inputs),
+                        torch.autograd.grad((y_ref * weights).sum(), inputs)):
+        torch.testing.assert_close(g, g_ref)
+
+
+def test_causal_conv1d_op_passes_opcheck(packages):
+    from seqssm.ops.cuda_packages import causal_conv1d_package_op
+
+    packages(WORKING_CAUSAL_CONV1D)
+    x, weight, bias = _conv_inputs()
+    for args in ((x, weight, bias), (x.detach().contiguous(), weight, None)):
+        torch.library.opcheck(causal_conv1d_package_op, args)
+
+
+def _needs_package(check):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    function, why = check()
+    if function is None:
+        pytest.skip(why)
+
+
+@pytest.mark.gpu
+def test_mamba_ssm_kernels_compile_and_match_the_reference_on_cuda():
+    """The real mamba_ssm: opcheck of both ops, outputs and gradients against the reference, and a Mamba-S6 model
+    on the mamba_ssm backend compiled with fullgraph=True."""
+    from seqssm.ops.backend import mamba_selective_scan
+    from seqssm.ops.cuda_packages import mamba_selective_scan as op
+
+    _needs_package(mamba_selective_scan)
+    u, delta, A, B, C, D, z, delta_bias = inputs = _mamba_inputs(torch.float32, "cuda")
+    torch.library.opcheck(op, (u, delta, A, B, C, D, z, delta_bias, True))
+    y = _selective_scan_mamba(*inputs, delta_softplus=True)
+    y_ref = selective_scan_reference(*inputs, delta_softplus=True)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
+    for g, g_ref in zip(torch.autograd.grad(y.sum(), inputs), torch.autograd.grad(y_ref.sum(), inputs)):
+        torch.testing.assert_close(g, g_ref, rtol=1e-3, atol=1e-3)
+    _compiles_in_one_graph("mamba_ssm")
+
+
+@pytest.mark.gpu
+def test_causal_conv1d_kernel_compiles_and_matches_the_reference_on_cuda():
+    from seqssm.ops.backend import causal_conv1d_package
+    from seqssm.ops.cuda_packages import causal_conv1d_package_op
+
+    _needs_package(causal_conv1d_package)
+    inputs = [t.float().detach().requires_grad_() for t in _conv_inputs(device="cuda")]
+    torch.library.opcheck(causal_conv1d_package_op, tuple(inputs))
+    y, y_ref = _causal_conv1d_package(*inputs), causal_conv1d_reference(*inputs)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
+    for g, g_ref in zip(torch.autograd.grad(y.sum(), inputs), torch.autograd.grad(y_ref.sum(), inputs)):
+        torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-4)
+    _compiles_in_one_graph("auto")
+
+
+def _compiles_in_one_graph(backend: str):
+    """A small Mamba-S6 model whose S6 layers use `backend`, on CUDA: compiled (fullgraph, aot_eager) forward and
+    gradients equal eager ones."""
+    from seqssm.models import build
+
+    model = build("mamba-s6", d_input=3, n_classes=4, d_model=32, n_layers=2, dropout=0.0,
+                  block={"ssp": {"layer_kwargs": {"backend": backend}}}).cuda()
+    x = torch.randn(2, 64, 3, device="cuda")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    y = compiled(x)
+    grads = torch.autograd.grad(y.square().sum(), list(model.parameters()))
+    y_eager = model(x)
+    grads_eager = torch.autograd.grad(y_eager.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(y, y_eager, rtol=1e-4, atol=1e-4)
+    for g, g_eager in zip(grads, grads_eager):
+        torch.testing.assert_close(g, g_eager, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,161 @@
+"""The kernels of the optional CUDA packages mamba_ssm and causal_conv1d as torch.library custom ops.
+
+    torch.ops.seqssm.mamba_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        -> y, last state (float32), the kernel's chunk states x, out (y before the gate z; empty without z)
+    torch.ops.seqssm.mamba_selective_scan_backward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y)
+        -> gradients of u, delta, A, B, C, D, z, delta_bias (empty where that input is None)
+    torch.ops.seqssm.causal_conv1d_package(x, weight, bias) -> y
+
+As custom ops with fake implementations and registered gradients, torch.compile traces through them without a
+graph break (the packages' own autograd Functions call pybind kernels that dynamo cannot trace). The selective
+scan calls the two kernels mamba_ssm's `selective_scan_fn` runs, `selective_scan_cuda.fwd` and `.bwd`, with the
+arguments it gives them (see `_kernel`), so the forward and the backward are each one kernel; as there, the last
+state carries no gradient. The convolution's forward is the package's `causal_conv1d_fn`; its gradient is the
+convolution's adjoint in plain tensor ops (`_conv_adjoint`), which torch.compile fuses.
+
+The package loads only when an op first runs; `seqssm.ops.backend` decides whether it may (the
+registry's "mamba_ssm" and "causal_conv1d" backends, CUDA tensors).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqssm.ops.backend import causal_conv1d_package
+
+# Steps per chunk of mamba_ssm's selective-scan kernel (kChunkSize): x holds one (2N) state slot per chunk.
+MAMBA_CHUNK = 2048
+
+
+def _kernel(name: str, *args):
+    """selective_scan_cuda.<name>(*args), the kernel module mamba_ssm's selective_scan_fn calls. Releases since
+    mamba_ssm 2.2.5 take one more, optional argument (cu_seqlens) that other releases refuse: it is passed as None
+    only where the short call is refused."""
+    kernel = getattr(importlib.import_module("selective_scan_cuda"), name)
+    try:
+        return kernel(*args)
+    except TypeError:  # pybind11's "incompatible function arguments": the release with cu_seqlens
+        return kernel(*args, None)
+
+
+def _time_contiguous(t: Tensor | None) -> Tensor | None:
+    """t with its time (last) dimension contiguous, as mamba_ssm's kernels read it; None stays None."""
+    return t if t is None or t.stride(-1) == 1 else t.contiguous()
+
+
+@torch.library.custom_op("seqssm::mamba_selective_scan", mutates_args=())
+def mamba_selective_scan(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
+    delta_bias: Optional[Tensor], delta_softplus: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """mamba_ssm's selective-scan forward kernel: the arguments of `selective_scan_fn` -> y (b, dim, L), the last
+    state (b, dim, N) float32, and what its backward reads: the chunk states x (b, dim, chunks, 2N) and, with z,
+    the output before the gate (empty without z). y, x and out are contiguous."""
+    u, delta, z = (t if t is None else t.contiguous() for t in (u, delta, z))
+    B, C = (_time_contiguous(M.unsqueeze(1) if M.ndim == 3 else M) for M in (B, C))
+    D = None if D is None else D.contiguous()
+    out, x, *rest = _kernel("fwd", u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    last = x[:, :, -1, 1::2].clone()
+    return (out, last, x, out.new_empty(0)) if z is None else (rest[0], last, x, out)
+
+
+@mamba_selective_scan.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    batch, dim, length = u.shape
+    n = A.shape[1]
+    chunks = -(-length // MAMBA_CHUNK)
+    y = u.new_empty(u.shape)
+    x = u.new_empty(batch, dim, chunks, 2 * n, dtype=A.dtype)
+    return y, u.new_empty(batch, dim, n, dtype=A.dtype), x, u.new_empty(u.shape if z is not None else (0,))
+
+
+@torch.library.custom_op("seqssm::mamba_selective_scan_backward", mutates_args=())
+def mamba_selective_scan_backward(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
+    delta_bias: Optional[Tensor], delta_softplus: bool, x: Tensor, out: Tensor, grad_y: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """mamba_ssm's selective-scan backward kernel: the forward's inputs, its x and out, and the gradient of y ->
+    gradients of u, delta, A, B, C (B and C as given, 3-D or 4-D), D, z, delta_bias; empty for a None input."""
+    squeeze = [M.ndim == 3 for M in (B, C)]
+    u, delta, z, grad_y = (t if t is None else t.contiguous() for t in (u, delta, z, grad_y))
+    B, C = (_time_contiguous(M.unsqueeze(1) if M.ndim == 3 else M) for M in (B, C))
+    D = None if D is None else D.contiguous()
+    du, ddelta, dA, dB, dC, dD, ddelta_bias, *rest = _kernel(
+        "bwd", u, delta, A, B, C, D, z, delta_bias, grad_y, x, None if z is None else out, None, delta_softplus,
+        False)
+    dB, dC = (g.squeeze(1) if sq else g for g, sq in zip((dB, dC), squeeze))
+    dz = rest[0] if z is not None else None
+    # Contiguous, as the fake implementation says (the kernel lays some out like their inputs).
+    return tuple(u.new_empty(0) if g is None else g.contiguous() for g in (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias))
+
+
+@mamba_selective_scan_backward.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y):
+    def like(t):
+        return u.new_empty(0) if t is None else t.new_empty(t.shape)
+
+    return like(u), like(delta), like(A), like(B), like(C), like(D), like(z), like(delta_bias)
+
+
+def _save_scan(ctx, inputs, output):
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, output[2], output[3])
+    ctx.delta_softplus = delta_softplus
+
+
+def _scan_backward(ctx, grad_y, _grad_last, _grad_x, _grad_out):
+    u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
+    grads = mamba_selective_scan_backward(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, x, out, grad_y)
+    optional = [None if given is None else grad for given, grad in zip((D, z, delta_bias), grads[5:])]
+    return (*grads[:5], *optional, None)
+
+
+mamba_selective_scan.register_autograd(_scan_backward, setup_context=_save_scan)
+
+
+@torch.library.custom_op("seqssm::causal_conv1d_package", mutates_args=())
+def causal_conv1d_package_op(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """The causal_conv1d package's `causal_conv1d_fn(x, weight, bias)`: x (b, dim, L), weight (dim, K), bias (dim,)
+    -> y (b, dim, L), laid out as torch.empty_like(x) lays it out."""
+    causal_conv1d_fn, _ = causal_conv1d_package()
+    y = causal_conv1d_fn(x, weight, bias)
+    like = torch.empty_like(x)
+    return y if y.stride() == like.stride() else like.copy_(y)
+
+
+@causal_conv1d_package_op.register_fake
+def _(x, weight, bias):
+    return torch.empty_like(x)
+
+
+def _conv_adjoint(x: Tensor, weight: Tensor, grad_y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of y[t] = bias + Σ_j weight[:, j] x[t - (K-1) + j] (zeros before t = 0) for x, weight and bias:
+    dx[s] = Σ_j weight[:, j] dy[s + (K-1) - j], dweight[:, j] = Σ_{b,t} dy[t] x[t - (K-1) + j], dbias = Σ_{b,t} dy."""
+    k, length = weight.shape[1], x.shape[-1]
+    sums = torch.promote_types(grad_y.dtype, torch.float32)  # half-precision sums over (batch, L) lose too much
+    grad_ahead = F.pad(grad_y, (0, k - 1))  # dy after the end is zero
+    x_behind = F.pad(x, (k - 1, 0))  # x before the start is zero
+    grad_x = sum(grad_ahead[..., k - 1 - j:k - 1 - j + length] * weight[:, j, None] for j in range(k))
+    grad_weight = torch.stack([(grad_y * x_behind[..., j:j + length]).sum((0, 2), dtype=sums)
+                               for j in range(k)], dim=1)
+    return grad_x.to(x.dtype), grad_weight.to(weight.dtype), grad_y.sum((0, 2), dtype=sums)
+
+
+def _save_conv(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _conv_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight, grad_bias = _conv_adjoint(x, weight, grad_y)
+    return grad_x, grad_weight, None if ctx.bias_dtype is None else grad_bias.to(ctx.bias_dtype)
+
+
+causal_conv1d_package_op.register_autograd(_conv_backward, setup_context=_save_conv)
