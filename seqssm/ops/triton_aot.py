@@ -359,7 +359,7 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
             for case in case_list:
                 for launch in capture(case):
                     first = variants.setdefault(launch.variant(), launch)
-                    if first is not launch:
+                    if first is not launch and case not in (first.case, *first.also):
                         first.also.append(case)
         finally:
             triton_scan.SELECTIVE_MAX_CHUNK = default
