@@ -269,10 +269,16 @@ def _save_for_backward(ctx, inputs, output):
                            "store_starts=True when any input requires grad")
     ctx.save_for_backward(u, delta, A, B, C, keep, output[2])
     ctx.chunk = chunk
+    # No zero gradients made for outputs that get none (the chunk states never do; the last state, in `forward`).
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_y, grad_last, _grad_starts):
     u, delta, A, B, C, keep, starts = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(u)
+    if grad_last is None:
+        grad_last = starts.new_zeros(u.shape[0], u.shape[1], A.shape[1])
     grads = selective_scan_chunked_backward(u, delta, A, B, C, keep, starts, grad_y, grad_last, ctx.chunk)
     return (*grads, None, None, None)
 

@@ -50,6 +50,18 @@ class ExpMeanMetric(MeanMetric):
         return torch.exp(super().compute())
 
 
+COMPILE_ARGUMENTS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")
+
+
+def compile_options(task: str, compile: bool | dict[str, Any]) -> dict[str, Any] | None:
+    """The torch.compile arguments of a task's `compile` setting (None: eager); one graph unless it says otherwise."""
+    if isinstance(compile, bool):
+        return {"fullgraph": True} if compile else None
+    _check(isinstance(compile, dict) and set(compile) <= set(COMPILE_ARGUMENTS), task, "compile",
+           f"true, false or a dict of torch.compile arguments ({', '.join(COMPILE_ARGUMENTS)})", compile)
+    return {"fullgraph": True, **compile}
+
+
 def _check(cond: bool, task: str, field: str, requirement: str, value: Any) -> None:
     if not cond:
         raise ConfigError(f"{task}.{field} must be {requirement}, got {value!r} "
@@ -70,7 +82,7 @@ class SequenceTask(L.LightningModule):
                  weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
                  warmup_steps: int = 0, min_lr_ratio: float = 0.1,
                  init_from: str | None = None, init_strict: bool = True, reinit_head: bool = False,
-                 freeze_backbone: bool = False):
+                 freeze_backbone: bool = False, compile: bool | dict[str, Any] = False):
         """Args:
             model: registry name of the network (`seqssm.models.build`), e.g. "mamba-s6".
             model_overrides: changes to that model's config (`SequenceModelConfig.replace`), e.g. {d_model: 64,
@@ -88,6 +100,10 @@ class SequenceTask(L.LightningModule):
             init_strict: refuse weights with missing, unexpected or differently shaped keys.
             reinit_head: keep the head freshly initialised instead of loading it (e.g. new classes).
             freeze_backbone: train only the head.
+            compile: run the network under torch.compile in every split: true for its defaults (inductor, one
+                graph: fullgraph=True), or a dict of torch.compile's arguments, e.g. {backend: aot_eager} or
+                {dynamic: true, mode: max-autotune}. The loss, metrics and optimizer step stay eager; weights,
+                checkpoints and exports are the plain network's. `seqssm fit ... --model.init_args.compile true`.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -106,6 +122,7 @@ class SequenceTask(L.LightningModule):
         _check(0 <= min_lr_ratio <= 1, name, "min_lr_ratio", "in [0, 1]", min_lr_ratio)
         _check(vocab_size is not None or d_input is not None, name, "vocab_size or d_input",
                "set (normally linked from the DataModule)", None)
+        self.compile_options = compile_options(name, compile)
         self.validate_dimensions()
         self.model = self.build_model()
         self.check_model(self.model)
@@ -155,6 +172,17 @@ class SequenceTask(L.LightningModule):
                               f"{e}. Check `model` and `model_overrides` under model.init_args.") from e
 
     @property
+    def network(self) -> nn.Module:
+        """The network the steps call: `model`, or with `compile` set, `model` under torch.compile (built at the
+        first call and kept outside the module tree, so that state dicts hold the plain network's weights)."""
+        if self.compile_options is None:
+            return self.model
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            compiled = self.__dict__["_compiled"] = torch.compile(self.model, **self.compile_options)
+        return compiled
+
+    @property
     def head(self) -> nn.Module:
         """The output layer of the network (re-initialised or kept trainable by the finetuning options)."""
         head = getattr(self.model, "head", None)
@@ -164,7 +192,7 @@ class SequenceTask(L.LightningModule):
         return head
 
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        return self.model(inputs, lengths=lengths)
+        return self.network(inputs, lengths=lengths)
 
     # -- pretrained weights ----------------------------------------------------------------------
     def setup(self, stage: str) -> None:

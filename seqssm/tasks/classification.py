@@ -28,7 +28,7 @@ class Classification(SequenceTask):
     def evaluate(self, batch: dict[str, torch.Tensor], split: str, batch_idx: int) -> StepResult:
         if "labels" not in batch:
             raise KeyError("Classification needs batches with `labels`; this DataModule yields none")
-        logits = self.model(batch["inputs"], lengths=batch.get("lengths"))
+        logits = self.network(batch["inputs"], lengths=batch.get("lengths"))
         labels = batch["labels"]
         loss = F.cross_entropy(logits.float(), labels)
         correct = (logits.argmax(-1) == labels).float()

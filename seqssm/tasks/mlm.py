@@ -67,7 +67,7 @@ class MaskedLM(SequenceTask):
             generator = torch.Generator(device=inputs.device).manual_seed(batch_idx)
         corrupted, selected = mask_tokens(inputs, lengths, self.hparams.vocab_size, self.hparams.mask_token_id,
                                           generator=generator)
-        logits = self.model(corrupted, lengths=lengths)[selected]
+        logits = self.network(corrupted, lengths=lengths)[selected]
         targets = inputs[selected]
         loss = F.cross_entropy(logits.float(), targets)
         correct = (logits.argmax(-1) == targets).float()

@@ -42,7 +42,7 @@ class NextTokenPrediction(SequenceTask):
 
     def evaluate(self, batch: dict[str, torch.Tensor], split: str, batch_idx: int) -> StepResult:
         inputs, lengths = batch["inputs"], batch.get("lengths")
-        logits = self.model(inputs, lengths=lengths)[:, :-1]
+        logits = self.network(inputs, lengths=lengths)[:, :-1]
         targets, valid = shifted_targets(inputs, lengths)
         loss = F.cross_entropy(logits[valid].float(), targets[valid])
         n = int(valid.sum())
