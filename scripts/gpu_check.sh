@@ -16,12 +16,12 @@
 # 1. torch sees a GPU (without an NVIDIA driver: exit 2, nothing done); versions printed.
 # 2. The wheels installed; seqssm runs from the source tree (PYTHONPATH).
 # 3. In the background, the compile check with this machine's triton (CPU only).
-# 4. The GPU tests, except the stress shapes (slow): pytest -m "gpu and not slow", Triton autotuning off
+# 4. bench_scan.py --device cuda: the scans beside mamba_ssm and their hardware limits -> OUT/bench_scan.*
+# 5. The GPU tests, except the stress shapes (slow): pytest -m "gpu and not slow", Triton autotuning off
 #    (each config of each small variant would be a compile).
-# 5. bench_scan.py --device cuda: the scans beside mamba_ssm and their hardware limits -> OUT/bench_scan.*
 # 6. bench_models.py --device cuda: whole models beside the peers -> OUT/bench_models/
-# 7. bench_compile.py --device cuda on mamba-s6 and simple-s4d: compiled vs eager -> OUT/bench_compile/
-# 8. One profiled training step of the mamba-130m-sized model: its top CUDA kernels -> OUT/profile.txt
+# 7. One profiled training step of the mamba-130m-sized model: its top CUDA kernels -> OUT/profile/
+# 8. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/gpu_check}"
@@ -41,7 +41,7 @@ if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() el
     say "torch does not see the GPU: this check needs a torch built with CUDA (pip install torch)"
     exit 1
 fi
-"$PYTHON" -c "import torch, triton; print(f'gpu_check: torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__} on', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
+"$PYTHON" -c "import torch, triton; print(f'gpu_check: torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__} (ptxas {triton.knobs.nvidia.ptxas.path}) on', torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
 
 WHEELS="${WHEELS:-build/cuda-peers/wheels}"
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
@@ -90,13 +90,14 @@ check_pid=$!
 
 xdist=()
 "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
-run gpu-tests 110 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+run bench-scan 100 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --out "$OUT/bench_scan.json"
+run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     -m "gpu and not slow" tests
-run bench-scan 110 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --out "$OUT/bench_scan.json"
-run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --out "$OUT/bench_models"
-run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 simple-s4d --repeats 5 \
+run bench-models 140 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
+run profile 20 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+run bench-compile 40 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
-run profile 30 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+[ -n "${TRITON_CACHE_DIR:-}" ] && say "Triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels after the run"
 
 if wait "$check_pid" && [ "$(cat "$OUT/compile-check.rc")" = 0 ]; then
     say "compile-check passed: $(tail -n 1 "$OUT/compile-check.log")"
