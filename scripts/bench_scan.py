@@ -6,10 +6,12 @@
 On CUDA (`--device cuda`, see `cuda_suite`) it runs in one process, synchronising around each timed
 run and reading peak memory from torch's allocator: S6 `selective_scan` at the size of the Ulbaek 2024 thesis models
 (batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16,
-batch 8 x L 2048 and batch 2 x L 8192), with and without resets, for "triton", "torch" (up to L 4096)
-and "mamba_ssm" (it takes no resets); `linear_scan` at S5's PPO shape (64 envs x unroll 1024 in 8
-minibatches: batch 8, 128 complex modes) with resets; and `causal_conv1d` ("torch", with and without
-resets) against a depthwise F.conv1d (cuDNN), which takes no resets. A backend that fails is recorded
+batch 8 x L 2048 and batch 2 x L 8192), with and without resets, for "triton" (and "triton@N" at other
+chunk lengths, --chunks), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
+`selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
+PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
+and `causal_conv1d` ("torch" with and without resets, the causal_conv1d package's kernel without) against
+a depthwise F.conv1d (cuDNN), which takes no resets. Scan rows carry their hardware limit. A backend that fails is recorded
 with its error. It writes JSON and a markdown table (same name, .md), judges CUDA_TARGETS, and exits
 1 when one is missed or unmeasured (mamba_ssm not installed, say).
 
@@ -259,19 +261,24 @@ def cuda_suite(args) -> dict:
         for with_resets in (False, True):
             resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
             # mamba_ssm and triton one after the other, so that the pair the targets compare runs back to back
+            # "mamba_ssm" is the peer as its users call it (its selective_scan_fn); "seqssm:mamba_ssm" the same
+            # kernels through seqssm's backend
             for backend in ("mamba_ssm", "triton", *(f"triton@{c}" for c in args.chunks if c != default_chunk),
-                            "torch"):
-                if backend == "mamba_ssm" and with_resets:
+                            "seqssm:mamba_ssm", "torch"):
+                if "mamba_ssm" in backend and with_resets:
                     continue  # mamba_ssm takes no resets
-                if backend == "mamba_ssm" and mamba_fn is None:
+                if "mamba_ssm" in backend and mamba_fn is None:
                     rows.append({"op": "selective_scan", "shape": name, **shape, "resets": False,
-                                 "backend": "mamba_ssm", "error": mamba_missing})
+                                 "backend": backend, "error": mamba_missing})
                     continue
                 if backend == "torch" and (L > 4096 or args.skip_torch):
                     continue  # minutes per run at the thesis's L = 16384; the targets compare at L <= 4096
-                name_, _, chunk = backend.partition("@")
-                fn = lambda backend=name_, resets=resets: selective_scan(  # noqa: E731
-                    u, delta, A, B, C, D, z, bias, True, resets=resets, backend=backend)
+                name_, _, chunk = backend.removeprefix("seqssm:").partition("@")
+                if backend == "mamba_ssm":
+                    fn = lambda: mamba_fn(u, delta, A, B, C, D, z, bias, True)  # noqa: E731
+                else:
+                    fn = lambda backend=name_, resets=resets: selective_scan(  # noqa: E731
+                        u, delta, A, B, C, D, z, bias, True, resets=resets, backend=backend)
                 triton_scan.SELECTIVE_MAX_CHUNK = int(chunk) if chunk else default_chunk
                 try:
                     record("selective_scan", name, shape, with_resets, backend, fn, params,
@@ -300,6 +307,8 @@ def cuda_suite(args) -> dict:
         name = f"conv-{b}x{d}x{L}"
         record("causal_conv1d", name, shape, False, "F.conv1d", lambda: F.conv1d(  # noqa: E731
             F.pad(x, (3, 0)), w.to(dtype)[:, None], bias.to(dtype), groups=d), [x, w, bias])
+        record("causal_conv1d", name, shape, False, "causal_conv1d", lambda: causal_conv1d(  # noqa: E731
+            x, w, bias, backend="causal_conv1d"), [x, w, bias])
         for with_resets in (False, True):
             resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
             record("causal_conv1d", name, shape, with_resets, "torch", lambda resets=resets: causal_conv1d(  # noqa: E731
