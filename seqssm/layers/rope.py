@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from seqssm.layers.base import check_sizes
+from seqssm.ops.rotary import rotary_table
 
 
 def rope_positions(start: torch.Tensor, length: int, resets: torch.Tensor | None = None,
@@ -82,10 +83,9 @@ class RoPE(nn.Module):
         return cache[0][positions], cache[1][positions]
 
     def _fixed_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
-        """`_cos_sin` for a fixed θ, from angles in float64: k θ for k in the thousands must not lose the low bits
-        before cos/sin."""
-        ang = self.angles(positions).repeat_interleave(2, dim=-1)
-        return ang.cos().to(dtype), ang.sin().to(dtype)
+        """`_cos_sin` for a fixed θ, from angles in float64 (`seqssm.ops.rotary.rotary_table`)."""
+        cos, sin = rotary_table(positions, self.frequencies(torch.float64))
+        return cos.to(dtype), sin.to(dtype)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, dim) [or (B, dim) with positions (B,)], positions (B, L) or (L,) long (default 0..L-1) -> rotated x."""

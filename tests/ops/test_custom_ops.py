@@ -7,6 +7,7 @@ import torch
 from torch.library import opcheck
 
 from seqssm.ops.linear import linear_scan_chunked, linear_scan_chunked_backward
+from seqssm.ops.rotary import rotary_table
 from seqssm.ops.selective_chunked import selective_scan_chunked, selective_scan_chunked_backward
 
 B_, D_, L_, N_ = 2, 4, 7, 3
@@ -32,9 +33,10 @@ def _selective_inputs(channels_last: bool, bc: str, resets: bool):
     return [t.requires_grad_() for t in (u, delta, A, B, C, h0)] + [keep]
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("bc", ["variable", "groups", "invariant"])
-@pytest.mark.parametrize("resets", [False, True])
+@pytest.mark.parametrize("channels_last, bc, resets", [
+    (False, "variable", True), (True, "variable", False), (False, "groups", False), (True, "groups", True),
+    (False, "invariant", True), (True, "invariant", False),
+])
 def test_selective_scan_chunked_ops(channels_last, bc, resets):
     inputs = _selective_inputs(channels_last, bc, resets)
     chunk = 3  # three chunks of L = 7: carries between chunks and a short last chunk
@@ -52,9 +54,9 @@ def test_selective_scan_chunked_without_chunk_states_refuses_gradients():
         selective_scan_chunked(*inputs, 3, False)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
-@pytest.mark.parametrize("with_h0", [False, True])
-@pytest.mark.parametrize("length", [5, 40])  # the sequential loop, and chunks side by side with padding
+@pytest.mark.parametrize("dtype, with_h0, length", [  # L 5: the sequential loop; 40: chunks side by side, padded
+    (torch.float64, True, 5), (torch.float64, False, 40), (torch.complex128, False, 5), (torch.complex128, True, 40),
+])
 def test_linear_scan_chunked_ops(dtype, with_h0, length, monkeypatch):
     import seqssm.ops.linear as linear_module
 
@@ -67,3 +69,7 @@ def test_linear_scan_chunked_ops(dtype, with_h0, length, monkeypatch):
         h = linear_scan_chunked(*args)
     saved = [None if t is None else t.detach() for t in args]
     opcheck(linear_scan_chunked_backward, (saved[0], h, saved[2], torch.randn_like(h)))
+
+
+def test_rotary_table_op():
+    opcheck(rotary_table, (torch.randint(0, 5000, (2, 7)), torch.rand(4, dtype=torch.float64)))
