@@ -29,11 +29,12 @@ LINEAR_CHUNK = 32
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
 # The selective scan walks time in chunks of a power of two steps, as long as the sequence, between these
-# bounds. A long chunk keeps several consecutive steps in each thread, which the scans walk sequentially in
-# registers; the chunk's start states are what the backward pass keeps, float32 (batch, dim, N) each. The
-# interpreter's bound is small, so that tests cross chunk boundaries on short sequences.
-SELECTIVE_MAX_CHUNK = 1024
-SELECTIVE_INTERPRETED_CHUNK = 64
+# bounds; the chunk's start states are what the backward pass keeps, float32 (batch, dim, N) each. Measured on
+# an H200 (mamba-130m widths, bf16, forward + backward, autotuned tiles; docs/gpu.md): chunks of 1024 took
+# 7.3 ms, 512 5.7, 256 5.7, 128 4.9, 64 4.5, 32 4.9. Long chunks keep more consecutive steps in each thread,
+# but their programs span several warps, whose scans meet in shared memory behind barriers; a 64-step chunk
+# of one or two channels is one warp, scanned with shuffles alone.
+SELECTIVE_MAX_CHUNK = 64
 _SELECTIVE_MIN_CHUNK = 16
 # Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds about 8
 # tiles, the backward (two scans, three accumulators) about 15, which at 8 elements per thread is more
@@ -318,16 +319,14 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
 # --------------------------------------------------------------------------------- selective scan
 
 
-def selective_chunk(length: int, interpret: bool) -> int:
+def selective_chunk(length: int) -> int:
     """Steps per chunk of the selective scan for sequences of `length`."""
-    bound = SELECTIVE_INTERPRETED_CHUNK if interpret else SELECTIVE_MAX_CHUNK
-    return min(bound, max(_SELECTIVE_MIN_CHUNK, triton.next_power_of_2(length)))
+    return min(SELECTIVE_MAX_CHUNK, max(_SELECTIVE_MIN_CHUNK, triton.next_power_of_2(length)))
 
 
-def _chunks(length, device: torch.device):
+def _chunks(length):
     """How many chunks a sequence of `length` (an int, or a symbolic one while compiling) is cut into."""
-    bound = SELECTIVE_INTERPRETED_CHUNK if device.type == "cpu" or triton_interpreting() else SELECTIVE_MAX_CHUNK
-    return (length + bound - 1) // bound
+    return (length + SELECTIVE_MAX_CHUNK - 1) // SELECTIVE_MAX_CHUNK
 
 
 def _bc_layout(M: Tensor):
@@ -349,7 +348,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     n = A.shape[1]
     groups = _groups(B, C)
     e = dim // groups
-    block_t = selective_chunk(length, interpret)
+    block_t = selective_chunk(length)
     b_var, b_strides = _bc_layout(B)
     c_var, c_strides = _bc_layout(C)
     acc = _acc(torch.promote_types(u.dtype, torch.float32))
@@ -396,7 +395,7 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     batch, dim, length = u.shape
     n = A.shape[1]
     compute = _compute(u)
-    chunks = _chunks(length, u.device)
+    chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
     y = torch.empty(batch, dim, length, dtype=u.dtype, device=u.device)
     # The kernel carries the state in `last`, from h0 (or zeros) to the last state.
@@ -427,7 +426,7 @@ def _selective_scan_op(
 def _(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, return_last_state, store_starts):
     batch, dim, length = u.shape
     compute = _compute(u)
-    chunks = _chunks(length, u.device)
+    chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
     y = u.new_empty(batch, dim, length)
     last = u.new_empty(batch, dim, A.shape[1], dtype=compute) if return_last_state else u.new_empty(0, dtype=compute)
@@ -443,7 +442,7 @@ def selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, r
     n = A.shape[1]
     groups = _groups(B, C)
     compute = _compute(u)
-    chunks = _chunks(length, u.device)
+    chunks = _chunks(length)
     # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
     grad_y = grad_y.contiguous()
     grad_u, grad_delta = torch.empty_like(u, memory_format=torch.contiguous_format), \

@@ -8,16 +8,11 @@ import torch
 from seqssm.ops import linear_scan, selective_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_INTERPRETED_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E402
+from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
        torch.float16: dict(atol=5e-3, rtol=5e-3)}
 DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
-
-
-def _chunk(device) -> int:
-    """The selective scan's chunk on `device` (compiled kernels take longer chunks than the interpreter)."""
-    return SELECTIVE_INTERPRETED_CHUNK if device.type == "cpu" else SELECTIVE_MAX_CHUNK
 
 
 @pytest.fixture(params=DEVICES)
@@ -93,7 +88,7 @@ def test_linear_scan_triton_trailing_dims(device):
 
 # --------------------------------------------------------------------------------- selective scan
 
-# (L ("chunk+1": one step past the device's chunk), groups (0: B, C are (batch, N, L)), time-invariant ("", "B",
+# (L ("chunk+1": one step past the selective scan's chunk), groups (0: B, C are (batch, N, L)), time-invariant ("", "B",
 # "C", "BC"), initial state, resets, softplus + bias)
 SELECTIVE_CASES = [
     (1, 0, "", True, True, True),
@@ -124,11 +119,11 @@ def _selective_inputs(length, groups, invariant, with_state, dtype, device, batc
 
 @pytest.mark.parametrize("length,groups,invariant,with_state,with_resets,softplus", SELECTIVE_CASES)
 def test_selective_scan_triton_matches_reference(device, length, groups, invariant, with_state, with_resets, softplus):
-    length = _chunk(device) + 1 if length == "chunk+1" else length
+    length = SELECTIVE_MAX_CHUNK + 1 if length == "chunk+1" else length
     inp = _selective_inputs(length, groups, invariant, with_state, torch.float64, device)
     if not softplus:
         inp["delta_bias"] = None
-    resets = _resets(2, length, _chunk(device), device) if with_resets else None
+    resets = _resets(2, length, SELECTIVE_MAX_CHUNK, device) if with_resets else None
     kw = dict(delta_softplus=softplus, return_last_state=True, resets=resets)
     fast = selective_scan(**inp, **kw, backend="triton")
     ref = selective_scan(**inp, **kw, backend="reference")
@@ -149,12 +144,12 @@ def test_triton_scans_take_expanded_gradients(device):
 
 def test_selective_scan_triton_inference_and_channels_last(device):
     """No autograd (no chunk-start states kept) on channels-last inputs, as the S6 layer passes them."""
-    length = _chunk(device) + 1
+    length = SELECTIVE_MAX_CHUNK + 1
     inp = _selective_inputs(length, 2, "", True, torch.float64, device)
     inp = {k: v.detach() if v is not None else None for k, v in inp.items()}
     for name in ("u", "delta", "B", "C", "z"):
         inp[name] = inp[name].transpose(-1, -2).contiguous().transpose(-1, -2)
-    resets = _resets(2, length, _chunk(device), device)
+    resets = _resets(2, length, SELECTIVE_MAX_CHUNK, device)
     with torch.no_grad():
         fast = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="triton")
         ref = selective_scan(**inp, resets=resets, delta_softplus=True, return_last_state=True, backend="reference")
@@ -167,11 +162,11 @@ def test_selective_scan_triton_half_inputs_accumulate_in_float32(device, dtype):
     """Half inputs, float32 parameters (as under bf16-mixed training): as the reference, which computes in float32."""
     if dtype == torch.bfloat16 and device.type == "cpu":
         pytest.skip("the Triton interpreter has no bfloat16 (numpy has none)")
-    length = _chunk(device) + 1
+    length = SELECTIVE_MAX_CHUNK + 1
     inp = _selective_inputs(length, 0, "", True, torch.float32, device)
     for name in ("u", "delta", "B", "C", "z"):
         inp[name] = inp[name].detach().to(dtype).requires_grad_()
-    resets = _resets(2, length, _chunk(device), device)
+    resets = _resets(2, length, SELECTIVE_MAX_CHUNK, device)
     kw = dict(resets=resets, delta_softplus=True, return_last_state=True)
     fast = selective_scan(**inp, **kw, backend="triton")
     ref = selective_scan(**inp, **kw, backend="reference")
@@ -225,13 +220,13 @@ def _op_args(device, length):
 
     inp = _selective_inputs(length, 0, "", True, torch.float64, device)
     u, delta, z, B, C = kernel_layout(inp["u"], inp["delta"], inp["z"], inp["B"], inp["C"])
-    resets = _resets(2, length, _chunk(device), device)
+    resets = _resets(2, length, SELECTIVE_MAX_CHUNK, device)
     return (u, delta, inp["A"], B, C, inp["D"], z, inp["delta_bias"], inp["initial_state"], resets, True, True, True)
 
 
 def test_triton_scans_are_custom_ops_that_pass_opcheck(device):
     """The schema, fake implementations, autograd registration and AOT dispatch of both scans' ops."""
-    torch.library.opcheck(torch.ops.seqssm.selective_scan_triton.default, _op_args(device, _chunk(device) + 1))
+    torch.library.opcheck(torch.ops.seqssm.selective_scan_triton.default, _op_args(device, SELECTIVE_MAX_CHUNK + 1))
     a = torch.rand(2, 9, 3, dtype=torch.float64, device=device, requires_grad=True)
     b = torch.randn(2, 9, 3, dtype=torch.float64, device=device, requires_grad=True)
     h0 = torch.randn(2, 3, dtype=torch.float64, device=device, requires_grad=True)
@@ -272,7 +267,7 @@ def test_selective_scan_triton_without_state_d_or_z(device, return_last):
 
 def test_selective_scan_triton_gradient_through_the_last_state_alone(device):
     """A loss on the last state only: y's gradient reaches the backward as None."""
-    inp = _selective_inputs(_chunk(device) + 1, 0, "", True, torch.float64, device)
+    inp = _selective_inputs(SELECTIVE_MAX_CHUNK + 1, 0, "", True, torch.float64, device)
     leaves = [x for x in inp.values() if x is not None]
     grads = [torch.autograd.grad(selective_scan(**inp, delta_softplus=True, return_last_state=True,
                                                 backend=name)[1].sum(), leaves, allow_unused=True)
