@@ -60,70 +60,40 @@ def _softplus(x):
 
 # ----------------------------------------------------------------------------------- linear scan
 # a, b, h are (batch, L, F) with strides in real elements; complex tensors come as their real views,
-# the imaginary part one element after the real one. Grid: batch x feature blocks x segments of seg_len
-# steps (a multiple of BLOCK_T), flattened. One segment is the whole scan. With several, the launcher
-# runs three passes: each segment's summary (SUMMARY: the product of its decays and its last state from
-# zero), a scan of the summaries, and each segment again from its true start (h0 of shape
-# (batch, segments, F)).
+# the imaginary part one element after the real one. Grid: batch x feature blocks, flattened.
 
 
 @triton.jit
-def _linear_block(h0_ptr, feat, n_fblocks, n_segs, s_0b, s_0s, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
+def _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr):
-    # This program's batch row (int64), segment, features (BLOCK_F,) and their mask, chunk rows (BLOCK_T, 1),
-    # and its segment's h0 (real, imaginary part), zeros where absent.
+    # This program's batch row (int64), features (BLOCK_F,) and their mask, chunk rows (BLOCK_T, 1), and
+    # h0 (real, imaginary part) of its features, zeros where absent.
     pid = tl.program_id(0)
-    seg = pid % n_segs
-    rest = pid // n_segs
-    pid_b = (rest // n_fblocks).to(tl.int64)
-    offs_f = (rest % n_fblocks) * BLOCK_F + tl.arange(0, BLOCK_F)
+    pid_b = (pid // n_fblocks).to(tl.int64)
+    offs_f = (pid % n_fblocks) * BLOCK_F + tl.arange(0, BLOCK_F)
     mask_f = offs_f < feat
     h0_r = tl.full([BLOCK_F], 0.0, ACC)
     h0_i = tl.full([BLOCK_F], 0.0, ACC)
     if HAS_H0:
-        h0_off = h0_ptr + pid_b * s_0b + seg * s_0s + offs_f * s_0f
-        h0_r = tl.load(h0_off, mask=mask_f, other=0.0).to(ACC)
+        h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
-            h0_i = tl.load(h0_off + 1, mask=mask_f, other=0.0).to(ACC)
-    return pid_b, seg, offs_f, mask_f, tl.arange(0, BLOCK_T)[:, None], h0_r, h0_i
-
-
-@triton.jit
-def _complex_mul(ar, ai, br, bi):
-    return ar * br - ai * bi, ar * bi + ai * br
-
-
-@triton.jit
-def _store_summary(sum_ptr, pid_b, seg, offs_f, mask_f, s_sb, s_ss, s_sk, s_sf, prod_r, prod_i, last_r, last_i,
-                   COMPLEX: tl.constexpr):
-    # sum[b, seg, 0] = the product over the segment, sum[b, seg, 1] = its last value.
-    off = sum_ptr + pid_b * s_sb + seg * s_ss + offs_f * s_sf
-    tl.store(off, prod_r.to(sum_ptr.dtype.element_ty), mask=mask_f)
-    tl.store(off + s_sk, last_r.to(sum_ptr.dtype.element_ty), mask=mask_f)
-    if COMPLEX:
-        tl.store(off + 1, prod_i.to(sum_ptr.dtype.element_ty), mask=mask_f)
-        tl.store(off + s_sk + 1, last_i.to(sum_ptr.dtype.element_ty), mask=mask_f)
+            h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
+    return pid_b, offs_f, mask_f, tl.arange(0, BLOCK_T)[:, None], h0_r, h0_i
 
 
 @triton.jit
 def linear_scan_fwd(
-    a_ptr, b_ptr, resets_ptr, h0_ptr, h_ptr, sum_ptr,
-    length, feat, n_fblocks, n_segs, seg_len,
-    s_ab, s_at, s_af, s_bb, s_bt, s_bf, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0s, s_0f, s_sb, s_ss, s_sk, s_sf,
-    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, SUMMARY: tl.constexpr,
+    a_ptr, b_ptr, resets_ptr, h0_ptr, h_ptr,
+    length, feat, n_fblocks,
+    s_ab, s_at, s_af, s_bb, s_bt, s_bf, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
+    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
 ):
-    """h_t = a_t h_{t-1} + b_t over each program's segment, from its h0 (zeros without HAS_H0). With SUMMARY no h
-    is stored: sum (batch, segments, 2, F) gets the product of a over the segment and its last state."""
-    pid_b, seg, offs_f, mask_f, rows, carry_r, carry_i = _linear_block(
-        h0_ptr, feat, n_fblocks, n_segs, s_0b, s_0s, s_0f, COMPLEX, HAS_H0, BLOCK_T, BLOCK_F, ACC)
-    prod_r = tl.full([BLOCK_F], 1.0, ACC)
-    prod_i = tl.full([BLOCK_F], 0.0, ACC)
-    seg_start = seg * seg_len
-    seg_end = tl.minimum(seg_start + seg_len, length)
-    for start in range(seg_start, seg_end, BLOCK_T):
+    pid_b, offs_f, mask_f, rows, carry_r, carry_i = _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX,
+                                                                  HAS_H0, BLOCK_T, BLOCK_F, ACC)
+    for start in range(0, length, BLOCK_T):
         t0 = tl.cast(start, tl.int64)
-        mask = (start + rows < seg_end) & mask_f[None, :]
+        mask = (start + rows < length) & mask_f[None, :]
         a_off = a_ptr + pid_b * s_ab + t0 * s_at + rows * s_at + offs_f[None, :] * s_af
         b_off = b_ptr + pid_b * s_bb + t0 * s_bt + rows * s_bt + offs_f[None, :] * s_bf
         h_off = h_ptr + pid_b * s_hb + t0 * s_ht + rows * s_ht + offs_f[None, :] * s_hf
@@ -131,7 +101,7 @@ def linear_scan_fwd(
         ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
         br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
         if HAS_RESETS:
-            reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + rows * s_rt, mask=start + rows < seg_end,
+            reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + rows * s_rt, mask=start + rows < length,
                             other=0) != 0
             ar = tl.where(reset, 0.0, ar)
         if COMPLEX:
@@ -142,58 +112,39 @@ def linear_scan_fwd(
             ar, ai, br, bi = tl.associative_scan((ar, ai, br, bi), axis=0, combine_fn=_affine_complex)
             hr = ar * carry_r[None, :] - ai * carry_i[None, :] + br
             hi = ar * carry_i[None, :] + ai * carry_r[None, :] + bi
-            if not SUMMARY:
-                tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
-                tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
+            tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
+            tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
             carry_r = _row(hr, rows, BLOCK_T - 1, 0)
             carry_i = _row(hi, rows, BLOCK_T - 1, 0)
-            if SUMMARY:
-                prod_r, prod_i = _complex_mul(prod_r, prod_i, _row(ar, rows, BLOCK_T - 1, 0),
-                                              _row(ai, rows, BLOCK_T - 1, 0))
         else:
             ar, br = tl.associative_scan((ar, br), axis=0, combine_fn=_affine)
             hr = ar * carry_r[None, :] + br
-            if not SUMMARY:
-                tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
+            tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
             carry_r = _row(hr, rows, BLOCK_T - 1, 0)
-            if SUMMARY:
-                prod_r = prod_r * _row(ar, rows, BLOCK_T - 1, 0)
-    if SUMMARY:
-        _store_summary(sum_ptr, pid_b, seg, offs_f, mask_f, s_sb, s_ss, s_sk, s_sf, prod_r, prod_i, carry_r, carry_i,
-                       COMPLEX)
 
 
 @triton.jit
 def linear_scan_bwd(
-    a_ptr, resets_ptr, h0_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr, carry_ptr, sum_ptr,
-    length, feat, n_fblocks, n_segs, seg_len,
-    s_ab, s_at, s_af, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f, s_cb, s_cs, s_cf, s_sb, s_ss, s_sk, s_sf,
-    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, HAS_CARRY: tl.constexpr,
-    SUMMARY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
+    a_ptr, resets_ptr, h0_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr,
+    length, feat, n_fblocks,
+    s_ab, s_at, s_af, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
+    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
 ):
-    """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a reverse scan of a 2-D (time, feature) tile, over each
-    program's segment backwards from the adjoint at the next segment's first step (carry (batch, segments, F)
-    with HAS_CARRY, else zeros); grad a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0
-    conj(a_0). gh, ga, gb share h's strides. With SUMMARY nothing is stored but sum (batch, segments, 2, F): the
-    product of conj(a_{t+1}) over the segment and g at its first step."""
-    pid_b, seg, offs_f, mask_f, rows, carry_r, carry_i = _linear_block(
-        carry_ptr, feat, n_fblocks, n_segs, s_cb, s_cs, s_cf, COMPLEX, HAS_CARRY, BLOCK_T, BLOCK_F, ACC)
-    h0_r = tl.full([BLOCK_F], 0.0, ACC)
-    h0_i = tl.full([BLOCK_F], 0.0, ACC)
-    if HAS_H0:
-        h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
-        if COMPLEX:
-            h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
-    prod_r = tl.full([BLOCK_F], 1.0, ACC)
-    prod_i = tl.full([BLOCK_F], 0.0, ACC)
-    seg_start = seg * seg_len
-    seg_end = tl.minimum(seg_start + seg_len, length)
-    n_chunks = (seg_end - seg_start + BLOCK_T - 1) // BLOCK_T
+    """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a reverse scan of a 2-D (time, feature) tile; grad
+    a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, ga, gb share h's
+    strides."""
+    pid_b, offs_f, mask_f, rows, h0_r, h0_i = _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX, HAS_H0,
+                                                            BLOCK_T, BLOCK_F, ACC)
+    # g at the first step of the chunk after the current one.
+    carry_r = tl.full([BLOCK_F], 0.0, ACC)
+    carry_i = tl.full([BLOCK_F], 0.0, ACC)
+    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
     for i in range(n_chunks):
-        start = seg_start + (n_chunks - 1 - i) * BLOCK_T
+        start = (n_chunks - 1 - i) * BLOCK_T
         t0 = tl.cast(start, tl.int64)
         t = start + rows
-        valid = t < seg_end
+        valid = t < length
         mask = valid & mask_f[None, :]
         nxt = (t + 1 < length) & mask_f[None, :]
         a1_off = a_ptr + pid_b * s_ab + t0 * s_at + (rows + 1) * s_at + offs_f[None, :] * s_af
@@ -209,6 +160,7 @@ def linear_scan_bwd(
             reset_next = tl.load(r_off + s_rt, mask=t + 1 < length, other=0) != 0
             ar = tl.where(reset_next, 0.0, ar)
             reset = tl.load(r_off, mask=valid, other=0) != 0
+        hpr = tl.where(first, h0_r[None, :], tl.load(hp_off, mask=has_prev, other=0.0).to(ACC))
         if COMPLEX:
             ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
             gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
@@ -216,55 +168,40 @@ def linear_scan_bwd(
                 ai = tl.where(reset_next, 0.0, ai)
             pr, pi, gr, gi = tl.associative_scan((ar, ai, gr, gi), axis=0, combine_fn=_affine_complex, reverse=True)
             gr, gi = gr + pr * carry_r[None, :] - pi * carry_i[None, :], gi + pr * carry_i[None, :] + pi * carry_r[None, :]
-            if not SUMMARY:
-                hpr = tl.where(first, h0_r[None, :], tl.load(hp_off, mask=has_prev, other=0.0).to(ACC))
-                hpi = tl.where(first, h0_i[None, :], tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC))
-                # g conj(h_{t-1})
-                gar = gr * hpr + gi * hpi
-                gai = gi * hpr - gr * hpi
-                if HAS_RESETS:
-                    gar = tl.where(reset, 0.0, gar)
-                    gai = tl.where(reset, 0.0, gai)
-                tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-                tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
-                tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
-                tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
-            else:
-                prod_r, prod_i = _complex_mul(prod_r, prod_i, _row(pr, rows, 0, 0), _row(pi, rows, 0, 0))
+            hpi = tl.where(first, h0_i[None, :], tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC))
+            # g conj(h_{t-1})
+            gar = gr * hpr + gi * hpi
+            gai = gi * hpr - gr * hpi
+            if HAS_RESETS:
+                gar = tl.where(reset, 0.0, gar)
+                gai = tl.where(reset, 0.0, gai)
+            tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
+            tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
             carry_i = _row(gi, rows, 0, 0)
         else:
             pr, gr = tl.associative_scan((ar, gr), axis=0, combine_fn=_affine, reverse=True)
             gr = gr + pr * carry_r[None, :]
-            if not SUMMARY:
-                hpr = tl.where(first, h0_r[None, :], tl.load(hp_off, mask=has_prev, other=0.0).to(ACC))
-                gar = gr * hpr
-                if HAS_RESETS:
-                    gar = tl.where(reset, 0.0, gar)
-                tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-                tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
-            else:
-                prod_r = prod_r * _row(pr, rows, 0, 0)
+            gar = gr * hpr
+            if HAS_RESETS:
+                gar = tl.where(reset, 0.0, gar)
+        tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
+        tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
         carry_r = _row(gr, rows, 0, 0)
-    if SUMMARY:
-        _store_summary(sum_ptr, pid_b, seg, offs_f, mask_f, s_sb, s_ss, s_sk, s_sf, prod_r, prod_i, carry_r, carry_i,
-                       COMPLEX)
-    elif HAS_H0:
-        # grad h0 = g_0 conj(a_0), a_0 zeroed by a reset at t = 0; the first segment's program holds g_0.
-        first_seg = mask_f & (offs_f * 0 + seg == 0)
-        a0r = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af, mask=first_seg, other=0.0).to(ACC)
+    if HAS_H0:
+        # grad h0 = g_0 conj(a_0), a_0 zeroed by a reset at t = 0.
+        a0r = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)
         if HAS_RESETS:
             a0r = tl.where(tl.load(resets_ptr + pid_b * s_rb) != 0, 0.0, a0r)
         if COMPLEX:
-            a0i = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af + 1, mask=first_seg, other=0.0).to(ACC)
+            a0i = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af + 1, mask=mask_f, other=0.0).to(ACC)
             if HAS_RESETS:
                 a0i = tl.where(tl.load(resets_ptr + pid_b * s_rb) != 0, 0.0, a0i)
             tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f, (carry_r * a0r + carry_i * a0i).to(gh0_ptr.dtype.element_ty),
-                     mask=first_seg)
+                     mask=mask_f)
             tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f + 1,
-                     (carry_i * a0r - carry_r * a0i).to(gh0_ptr.dtype.element_ty), mask=first_seg)
+                     (carry_i * a0r - carry_r * a0i).to(gh0_ptr.dtype.element_ty), mask=mask_f)
         else:
-            tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f, (carry_r * a0r).to(gh0_ptr.dtype.element_ty),
-                     mask=first_seg)
+            tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f, (carry_r * a0r).to(gh0_ptr.dtype.element_ty), mask=mask_f)
 
 
 # -------------------------------------------------------------------------------- selective scan

@@ -133,133 +133,55 @@ def _empty(like: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------- linear scan
 
 
-def _linear_segments(batch: int, n_fblocks: int, length: int, device: torch.device, interpret: bool) -> int:
-    """Steps per segment of the linear scan: enough segments that the programs (batch x feature blocks x
-    segments) fill the multiprocessors twice over, each at least 4 chunks long (a segment costs a summary)."""
-    chunks = triton.cdiv(length, LINEAR_CHUNK)
-    if interpret:  # two chunks per segment: the tests cross segment boundaries on short sequences
-        return 2 * LINEAR_CHUNK
-    wanted = triton.cdiv(2 * _multiprocessors(device), batch * n_fblocks)
-    segments = max(1, min(wanted, chunks // 4))
-    return triton.cdiv(chunks, segments) * LINEAR_CHUNK
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: torch.device) -> int:
-    """The device's multiprocessors; an H100's 132 for meta tensors (the compile check)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
-def _linear_flags(b, resets, h0_given, block_f):
-    return dict(COMPLEX=b.is_complex(), HAS_RESETS=resets is not None, HAS_H0=h0_given, BLOCK_T=LINEAR_CHUNK,
-                BLOCK_F=block_f, ACC=_acc(b.dtype))
-
-
-def _linear_geometry(b):
+def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
+    kernels, interpret = _for(b.device)
     batch, length, feat = b.shape
+    complex_ = b.is_complex()
+    a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
+    h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
+    r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
     block_f = min(_LINEAR_BLOCK_F, triton.next_power_of_2(feat))
-    return batch, length, feat, block_f, triton.cdiv(feat, block_f)
-
-
-def _strides(x, n):
-    """The first n strides of x's real view, zeros for an absent x."""
-    return _real(x).stride()[:n] if x is not None else (0,) * n
-
-
-def _linear_fwd_pass(a, b, h0, resets, h, summary=None, seg_len=None):
-    """One launch of linear_scan_fwd over segments of seg_len steps (None: one segment); h0 (batch, F) or, with
-    segments, (batch, segments, F); with `summary` (batch, segments, 2, F) only the segments' summaries."""
-    kernels, _ = _for(b.device)
-    batch, length, feat, block_f, n_fblocks = _linear_geometry(b)
-    seg_len = seg_len or triton.cdiv(length, LINEAR_CHUNK) * LINEAR_CHUNK
-    n_segs = triton.cdiv(length, seg_len)
-    # h0 (batch, F) is every segment's; (batch, segments, F) gives each its own.
-    h0_strides = _strides(h0, 3) if h0 is not None and h0.ndim == 3 else (_strides(h0, 2)[0], 0, _strides(h0, 2)[1])
+    n_fblocks = triton.cdiv(feat, block_f)
+    grid = (batch * n_fblocks,)
+    _check_tile_offsets("linear_scan", **{
+        name: (LINEAR_CHUNK + 1) * abs(x.stride(1)) + feat * abs(x.stride(2)) + 1
+        for name, x in (("a", a_r), ("b", _real(b)), ("h", h_r))
+    })
+    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None,
+                 BLOCK_T=LINEAR_CHUNK, BLOCK_F=block_f, ACC=_acc(b.dtype))
     # An input stands for absent optional tensors (never read; an output there could be overwritten by the
     # interpreter's copy-back of the unused alias).
-    a_r, dummy = _real(a), _real(a)
-    _launch(kernels.linear_scan_fwd, (batch * n_fblocks * n_segs,),
-            a_r, _real(b), resets if resets is not None else dummy, _real(h0) if h0 is not None else dummy,
-            _real(h) if h is not None else dummy, _real(summary) if summary is not None else dummy,
-            length, feat, n_fblocks, n_segs, seg_len, *a_r.stride()[:3], *_strides(b, 3), *_strides(resets, 2),
-            *_strides(h, 3), *h0_strides, *_strides(summary, 4),
-            SUMMARY=summary is not None, **_linear_flags(b, resets, h0 is not None, block_f))
-
-
-def _linear_bwd_pass(a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0, carry=None, summary=None, seg_len=None):
-    """One launch of linear_scan_bwd over segments of seg_len steps, from the adjoints at the next segments'
-    first steps `carry` (batch, segments, F) or zeros; with `summary` only the segments' summaries."""
-    kernels, _ = _for(grad_h.device)
-    batch, length, feat, block_f, n_fblocks = _linear_geometry(grad_h)
-    seg_len = seg_len or triton.cdiv(length, LINEAR_CHUNK) * LINEAR_CHUNK
-    n_segs = triton.cdiv(length, seg_len)
-    a_r, dummy = _real(a), _real(a)
-    flags = _linear_flags(grad_h, resets, h0 is not None, block_f)
-    _launch(kernels.linear_scan_bwd, (batch * n_fblocks * n_segs,),
-            a_r, resets if resets is not None else dummy, _real(h0) if h0 is not None else dummy, _real(h),
-            _real(grad_h), _real(grad_a) if grad_a is not None else dummy,
-            _real(grad_b) if grad_b is not None else dummy, _real(grad_h0) if grad_h0 is not None else dummy,
-            _real(carry) if carry is not None else dummy, _real(summary) if summary is not None else dummy,
-            length, feat, n_fblocks, n_segs, seg_len, *a_r.stride()[:3], *_strides(resets, 2), *_real(h).stride()[:3],
-            *_strides(h0, 2), *_strides(carry, 3), *_strides(summary, 4),
-            HAS_CARRY=carry is not None, SUMMARY=summary is not None, **flags)
-
-
-def _check_linear_offsets(*tensors) -> None:
-    feat = tensors[0].shape[2]
-    _check_tile_offsets("linear_scan", **{
-        name: (LINEAR_CHUNK + 1) * abs(_real(x).stride(1)) + feat * abs(_real(x).stride(2)) + 1
-        for name, x in zip(("a", "b", "h"), tensors)
-    })
-
-
-def _segment_starts(summary: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
-    """The state entering each segment (batch, segments, F) from the segments' summaries (product, last value)
-    (batch, segments, 2, F): a linear scan over the segments (backwards with `reverse`, for adjoints, where
-    the last segment starts from zeros)."""
-    prod, last = summary[:, :, 0], summary[:, :, 1]
-    if reverse:
-        prod, last = prod.flip(1), last.flip(1)
-    ends = torch.empty_like(last)
-    _linear_fwd_pass(prod, last, h0, None, ends)
-    start = torch.zeros_like(last) if h0 is None else h0.unsqueeze(1).expand_as(last).clone()
-    start[:, 1:] = ends[:, :-1]
-    return start.flip(1) if reverse else start
+    dummy = a_r
+    if direction == "fwd":
+        b_r = _real(b)
+        _launch(kernels.linear_scan_fwd, grid,
+                a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
+                length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3],
+                *h0_strides, **flags)
+    else:
+        gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
+        _launch(kernels.linear_scan_bwd, grid,
+                a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
+                gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
+                length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
 
 
 def linear_forward(a, b, h0, resets):
     """The forward op's implementation (the compile check calls it on meta tensors): a (B, L, F) (any strides:
     a broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None, resets (B, L) bool or None -> h
-    (B, L, F), all of one real or complex dtype. Long sequences run as segments side by side: a pass of
-    summaries, a scan of them, a pass from each segment's true start."""
+    (B, L, F), all of one real or complex dtype."""
     h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
-    _check_linear_offsets(a, b, h)
-    batch, length, _, _, n_fblocks = _linear_geometry(b)
-    seg_len = _linear_segments(batch, n_fblocks, length, b.device, _for(b.device)[1])
-    if seg_len >= length:
-        _linear_fwd_pass(a, b, h0, resets, h)
-        return h
-    summary = b.new_empty(batch, triton.cdiv(length, seg_len), 2, b.shape[2])
-    _linear_fwd_pass(a, b, None, resets, None, summary=summary, seg_len=seg_len)
-    _linear_fwd_pass(a, b, _segment_starts(summary, h0, reverse=False), resets, h, seg_len=seg_len)
+    _linear_launch("fwd", a, b, h0, resets, h)
     return h
 
 
 def linear_backward(grad_h, a, h0, resets, h):
-    """The backward op's implementation -> (grad a (B, L, F), grad b, grad h0 (empty without h0)), in segments
-    as the forward."""
+    """The backward op's implementation -> (grad a (B, L, F), grad b, grad h0 (empty without h0))."""
     grad_h = grad_h.contiguous()
     grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
-    grad_h0 = torch.empty_like(h0) if h0 is not None else None
-    batch, length, _, _, n_fblocks = _linear_geometry(h)
-    seg_len = _linear_segments(batch, n_fblocks, length, h.device, _for(h.device)[1])
-    carry = None
-    if seg_len < length:
-        summary = h.new_empty(batch, triton.cdiv(length, seg_len), 2, h.shape[2])
-        _linear_bwd_pass(a, grad_h, h0, resets, h, None, None, None, summary=summary, seg_len=seg_len)
-        carry = _segment_starts(summary, None, reverse=True)
-    _linear_bwd_pass(a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0, carry=carry, seg_len=seg_len)
-    return grad_a, grad_b, grad_h0 if h0 is not None else _empty(h)
+    grad_h0 = torch.empty_like(h0) if h0 is not None else _empty(h)
+    _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0 if h0 is not None else None)
+    return grad_a, grad_b, grad_h0
 
 
 @torch.library.custom_op("seqssm::linear_scan_triton", mutates_args=())

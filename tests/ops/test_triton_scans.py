@@ -54,10 +54,6 @@ LINEAR_CASES = [  # (dtype, L, broadcast a, initial state, resets)
     (torch.complex128, 17, False, True, True),
     (torch.complex128, LINEAR_CHUNK + 1, True, True, True),
     (torch.float16, LINEAR_CHUNK + 1, False, True, True),
-    # several segments (the interpreter's are two chunks long), run side by side and joined by their summaries
-    (torch.float64, 4 * LINEAR_CHUNK + 3, True, True, True),
-    (torch.complex128, 4 * LINEAR_CHUNK + 3, False, True, True),
-    (torch.complex128, 4 * LINEAR_CHUNK, False, False, False),
 ]
 
 
