@@ -38,9 +38,9 @@ SELECTIVE_MAX_CHUNK = 64
 _SELECTIVE_MIN_CHUNK = 16
 # Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds about 8
 # tiles, the backward (two scans, three accumulators) about 15, which at 8 elements per thread is more
-# than ptxas's budget. A whole chunk in one warp scans without barriers; longer chunks per program keep
-# fewer partial sums.
-_SELECTIVE_PER_THREAD = {"fwd": (4, 8), "bwd": (2, 4)}
+# than ptxas's budget. A forward of float32 inputs over several warps at 8 spills a few bytes on sm_90
+# (the compile check's full tier), so those inputs ("wide") stop at 4.
+_SELECTIVE_PER_THREAD = {("fwd", False): (4, 8), ("fwd", True): (4,), ("bwd", False): (2, 4), ("bwd", True): (2, 4)}
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
@@ -76,12 +76,13 @@ def _launch(kernel, grid, *args, **kwargs) -> None:
     kernel[grid](*args, **kwargs)
 
 
-def selective_configs(direction: str, block_t: int) -> list[tuple[int, int]]:
+def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[tuple[int, int]]:
     """(BLOCK_D, num_warps) pairs the autotuner of the selective `direction` ("fwd" or "bwd") tries for chunks
-    of `block_t` steps: those holding the elements per thread of _SELECTIVE_PER_THREAD."""
+    of `block_t` steps of 16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of
+    _SELECTIVE_PER_THREAD."""
     pairs = []
     for warps in (1, 2, 4, 8):
-        for per_thread in _SELECTIVE_PER_THREAD[direction]:
+        for per_thread in _SELECTIVE_PER_THREAD[direction, wide]:
             block_d, rest = divmod(per_thread * 32 * warps, block_t)
             if not rest and 1 <= block_d <= 16:
                 pairs.append((block_d, warps))
@@ -89,12 +90,12 @@ def selective_configs(direction: str, block_t: int) -> list[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _selective_tuned(direction: str, block_t: int):
+def _selective_tuned(direction: str, block_t: int, wide: bool):
     """The compiled selective kernel of `direction` under an autotuner over `selective_configs`."""
     kernel = getattr(_kernels(False), f"selective_scan_{direction}")
     configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
                              maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
-               for d, w in selective_configs(direction, block_t)]
+               for d, w in selective_configs(direction, block_t, wide)]
     if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
         # One config, run untimed: tests on a GPU compile many small variants, each config a compile.
         configs = configs[:1]
@@ -277,13 +278,14 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     flags = dict(B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
                  HAS_RESETS=resets is not None, HAS_D=D is not None, HAS_Z=z is not None, BLOCK_T=block_t, ACC=acc,
                  FAST=not interpret and acc == tl.float32, **flags)
-    configs = selective_configs(direction, block_t)
+    wide = u.element_size() >= 4
+    configs = selective_configs(direction, block_t, wide)
     if interpret:
         kernel = getattr(kernels, f"selective_scan_{direction}")
         flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
         grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
     else:
-        kernel = _selective_tuned(direction, block_t)
+        kernel = _selective_tuned(direction, block_t, wide)
         grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
     block_d = max(d for d, _ in configs + [(4, 1)])
     steps = block_t + 1  # the backward reads Δ and resets one step past the chunk

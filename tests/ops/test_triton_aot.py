@@ -30,7 +30,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
             direction, block_t = r.launch.kernel_name.rsplit("_", 1)[1], r.launch.kwargs["BLOCK_T"]
             tried = {(x.config["BLOCK_D"], x.config["num_warps"]) for x in results
                      if x.launch is r.launch and x.arch == r.arch}
-            assert tried == set(selective_configs(direction, block_t))
+            assert tried == set(selective_configs(direction, block_t, r.launch.args[0].element_size() >= 4))
     assert all(r.registers and r.shared is not None for r in results)
 
 
