@@ -211,11 +211,11 @@ def linear_scan_bwd(
 # gradients are in ACC. Grid: batch x groups x channel blocks of BLOCK_D within a group of e = dim / groups
 # channels, flattened.
 #
-# A program's tiles are 2-D, (channels, time), BLOCK_T steps long: up to 2048, so that one chunk covers a
-# whole training sequence. Triton lays such a tile out with 4-16 consecutive steps in each thread, so
-# `tl.associative_scan` runs those sequentially in registers and only the threads' totals go through
-# warp shuffles and one shared-memory exchange, as mamba_ssm's CUDA kernel does. The state index n is a
-# loop inside each chunk, so registers do not grow with N. What is carried per (channel, n) across
+# A program's tiles are 2-D, (channels, time), BLOCK_T steps long (the launcher's chunk, at most 64). Triton
+# lays such a tile out with several consecutive steps in each thread, so `tl.associative_scan` runs those
+# sequentially in registers and only the threads' totals go through warp shuffles, as mamba_ssm's CUDA
+# kernel does; a tile of one warp needs no shared memory or barrier. The state index n is a loop inside
+# each chunk, so registers do not grow with N. What is carried per (channel, n) across
 # chunks lives in the kernel's (batch, dim, N) outputs ("slots"), each read and written by its own
 # program only; a single chunk with no initial state (HAS_CARRY false) reads none.
 

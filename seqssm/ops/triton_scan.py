@@ -3,7 +3,7 @@
 op, with fake implementations), so that `torch.compile(fullgraph=True)` keeps them in its graph.
 
 Both scans keep the torch path's memory: the linear scan's backward needs only its inputs and
-output; the selective scan stores the state at the start of every chunk of up to 2048 steps (none at
+output; the selective scan stores the state at the start of every chunk of up to 64 steps (none at
 all for one chunk without an initial state) and recomputes each chunk's states in the backward pass.
 On CPU tensors the kernels run in Triton's interpreter, which TRITON_INTERPRET=1 allows (the registry
 refuses CPU tensors otherwise); it is slow and meant for tests.
