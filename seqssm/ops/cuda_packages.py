@@ -49,7 +49,7 @@ def _time_contiguous(t: Tensor | None) -> Tensor | None:
 
 
 @torch.library.custom_op("seqssm::mamba_selective_scan", mutates_args=())
-def mamba_selective_scan(
+def mamba_scan_op(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
     delta_bias: Optional[Tensor], delta_softplus: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -64,7 +64,7 @@ def mamba_selective_scan(
     return (out, last, x, out.new_empty(0)) if z is None else (rest[0], last, x, out)
 
 
-@mamba_selective_scan.register_fake
+@mamba_scan_op.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     batch, dim, length = u.shape
     n = A.shape[1]
@@ -75,7 +75,7 @@ def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
 
 
 @torch.library.custom_op("seqssm::mamba_selective_scan_backward", mutates_args=())
-def mamba_selective_scan_backward(
+def mamba_scan_backward_op(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
     delta_bias: Optional[Tensor], delta_softplus: bool, x: Tensor, out: Tensor, grad_y: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -94,7 +94,7 @@ def mamba_selective_scan_backward(
     return tuple(u.new_empty(0) if g is None else g.contiguous() for g in (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias))
 
 
-@mamba_selective_scan_backward.register_fake
+@mamba_scan_backward_op.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y):
     def like(t):
         return u.new_empty(0) if t is None else t.new_empty(t.shape)
@@ -110,12 +110,12 @@ def _save_scan(ctx, inputs, output):
 
 def _scan_backward(ctx, grad_y, _grad_last, _grad_x, _grad_out):
     u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
-    grads = mamba_selective_scan_backward(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, x, out, grad_y)
+    grads = mamba_scan_backward_op(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, x, out, grad_y)
     optional = [None if given is None else grad for given, grad in zip((D, z, delta_bias), grads[5:])]
     return (*grads[:5], *optional, None)
 
 
-mamba_selective_scan.register_autograd(_scan_backward, setup_context=_save_scan)
+mamba_scan_op.register_autograd(_scan_backward, setup_context=_save_scan)
 
 
 @torch.library.custom_op("seqssm::causal_conv1d_package", mutates_args=())

@@ -239,16 +239,16 @@ def test_mamba_ssm_adapter_gives_the_reference_outputs_and_gradients(packages):
 def test_mamba_ssm_ops_pass_opcheck(packages):
     """Schemas, fake implementations (shapes, strides, dtypes), autograd registration and AOT dispatch of both ops,
     with and without the optional inputs."""
-    from seqssm.ops.cuda_packages import mamba_selective_scan, mamba_selective_scan_backward
+    from seqssm.ops.cuda_packages import mamba_scan_backward_op, mamba_scan_op
 
     packages(WORKING_MAMBA)
     u, delta, A, B, C, D, z, delta_bias = _mamba_inputs()
     for optional in ((D, z, delta_bias), (None, None, None)):
-        torch.library.opcheck(mamba_selective_scan, (u, delta, A, B, C, *optional, True))
+        torch.library.opcheck(mamba_scan_op, (u, delta, A, B, C, *optional, True))
         with torch.no_grad():
-            y, _, x, out = mamba_selective_scan(u, delta, A, B, C, *optional, True)
+            y, _, x, out = mamba_scan_op(u, delta, A, B, C, *optional, True)
         saved = [None if t is None else t.detach() for t in (u, delta, A, B, C, *optional)]  # no double backward
-        torch.library.opcheck(mamba_selective_scan_backward, (*saved, True, x, out, torch.randn_like(y)))
+        torch.library.opcheck(mamba_scan_backward_op, (*saved, True, x, out, torch.randn_like(y)))
 
 
 def test_mamba_ssm_kernels_with_a_cu_seqlens_argument_get_it_as_none(packages):
@@ -303,11 +303,11 @@ def test_mamba_ssm_kernels_compile_and_match_the_reference_on_cuda():
     """The real mamba_ssm: opcheck of both ops, outputs and gradients against the reference, and a Mamba-S6 model
     on the mamba_ssm backend compiled with fullgraph=True."""
     from seqssm.ops.backend import mamba_selective_scan
-    from seqssm.ops.cuda_packages import mamba_selective_scan as op
+    from seqssm.ops.cuda_packages import mamba_scan_op
 
     _needs_package(mamba_selective_scan)
     u, delta, A, B, C, D, z, delta_bias = inputs = _mamba_inputs(torch.float32, "cuda")
-    torch.library.opcheck(op, (u, delta, A, B, C, D, z, delta_bias, True))
+    torch.library.opcheck(mamba_scan_op, (u, delta, A, B, C, D, z, delta_bias, True))
     y = _selective_scan_mamba(*inputs, delta_softplus=True)
     y_ref = selective_scan_reference(*inputs, delta_softplus=True)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
