@@ -248,3 +248,19 @@ def test_plain_params_name_a_tagged_parameter():
         build("mamba-s6", d_input=1, n_classes=3, d_model=8, n_layers=1, ssp_plain_params=["C"])
     with pytest.raises(ValueError, match="plain_params must be parameter names"):
         build("simple-s4d", d_input=1, n_classes=3, d_model=8, n_layers=1, ssp_plain_params=[3])
+
+
+@pytest.mark.parametrize("position", ["ssp_output", "in_proj", "ssp_input"])
+def test_mamba_channels_first_projection_equals_in_proj(position):
+    """The CUDA layout of in_proj (W h^T, time-contiguous xi and z) gives in_proj's values, feature dropout
+    included (the same seed drops the same features)."""
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), dropout=0.3, dropout_position=position,
+                                           proj_bias=True)).train()
+    x = torch.randn(2, 7, D)
+    torch.manual_seed(5)
+    plain = block._project(x)
+    torch.manual_seed(5)
+    first = block._project(x, channels_first=True)
+    for a, b in zip(plain, first):
+        torch.testing.assert_close(b, a)
+        assert b.transpose(1, 2).stride(-1) == 1  # time-contiguous, as the CUDA kernels read it
