@@ -98,16 +98,22 @@ def test_the_judge_reports_spills_and_registers():
     assert "every config spills" in problem
 
 
-def test_the_cuda_benchmark_judges_each_target_in_its_direction():
-    """scripts/bench_scan.py's verdicts on made-up rows: a ratio under the bound is met, over it missed, and
-    a backend that is absent or failed leaves its target unmeasured (never met)."""
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/bench_scan.py as a module."""
     import importlib.util
     import pathlib
 
     path = pathlib.Path(__file__).parents[2] / "scripts" / "bench_scan.py"
     spec = importlib.util.spec_from_file_location("bench_scan", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cuda_benchmark_judges_each_target_in_its_direction(bench):
+    """scripts/bench_scan.py's verdicts on made-up rows: a ratio under the bound is met, over it missed, and
+    a backend that is absent or failed leaves its target unmeasured (never met)."""
 
     def row(shape, resets, backend, ms, op="selective_scan"):
         return {"op": op, "shape": shape, "resets": resets, "backend": backend, "median_ms": ms, "peak_mb": 1.0}
@@ -134,16 +140,9 @@ def test_the_cuda_benchmark_judges_each_target_in_its_direction():
     ]
 
 
-def test_the_cuda_benchmark_limit_is_the_slowest_of_exponentials_fmas_and_memory():
+def test_the_cuda_benchmark_limit_is_the_slowest_of_exponentials_fmas_and_memory(bench):
     """scripts/bench_scan.py's hardware limit of a selective scan call at mamba-130m widths with an H100's peaks:
     3 exponentials per state and step at 16 per clock per multiprocessor bound it, about 0.29 ms."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[2] / "scripts" / "bench_scan.py"
-    spec = importlib.util.spec_from_file_location("bench_scan", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     clock = 1.98e9
     peaks = {"exp_per_s": 132 * 16 * clock, "fma_per_s": 132 * 128 * clock, "memory_bytes_per_s": 3.35e12}
     limit = bench.selective_limit_ms(dict(batch=8, dim=1536, N=16, L=2048), 2, peaks)
