@@ -16,6 +16,8 @@ import hashlib
 import http.client
 import json
 import os
+import re
+import socket
 import ssl
 import time
 import urllib.error
@@ -30,19 +32,26 @@ from tqdm.auto import tqdm
 from seqssm.errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
 
 from .extract import bar_disabled, is_complete, unpack
-from .io import write_text_atomic
+from .io import size_text, write_text_atomic
 from .sources import DATASETS, Dataset, SourceFile
 
 MIRROR_ENV = "SEQSSM_DATA_MIRROR"
 DOWNLOADS = "downloads"  # under the data dir: fetched files, partial ones and the digest record
 DIGESTS = "digests.json"
 CHUNK = 1 << 20
-TIMEOUT = 60  # seconds without a byte before a connection counts as dropped
+TIMEOUT = 30  # seconds without a byte before a connection counts as dropped (or a server as not answering)
 ATTEMPTS = 5  # tries in a row that bring no new bytes before giving up
 USER_AGENT = "seqssm-data (Python urllib)"
 PERMANENT_HTTP = {400, 401, 403, 404, 410}  # the next URL may have it; retrying this one will not help
 # failures worth retrying (a dropped or stalled connection); others, such as a full disk, propagate
 TRANSIENT = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, ssl.SSLError)
+# failures of reaching a host at all (no DNS, nothing listening): retrying the same URL at once does not help
+UNREACHABLE = (socket.gaierror, ConnectionRefusedError)
+HEX_DIGITS = {"md5": 32, "sha256": 64}  # the digests a record entry may hold beside its "size"
+
+
+class NoAnswer(Exception):
+    """A server that took no connection, or sent no answer, within TIMEOUT seconds."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +108,26 @@ class DigestRecord:
             raise DataFormatError(f"{path}: not valid JSON ({e}); delete it to record the digests afresh") from None
         if not isinstance(self.entries, dict):
             raise DataFormatError(f"{path}: not a JSON object; delete it to record the digests afresh")
+        for name, entry in self.entries.items():
+            if not valid_record_entry(entry):
+                raise DataFormatError(
+                    f"{path}: the entry {name!r} is {json.dumps(entry)[:80]}, not a file's size and digest "
+                    '({"size": BYTES, "sha256": "64 hex digits"}); delete that entry (or the file), and it is '
+                    "recorded afresh at the file's next verified download")
 
     def add(self, name: str, digests: Digests) -> None:
         self.entries[name] = {"size": digests.size, "sha256": digests.sha256}
         write_text_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+
+
+def valid_record_entry(entry) -> bool:
+    """Whether `entry` is what DigestRecord.add writes: a size (int >= 0) and hex digests, nothing else."""
+    if not isinstance(entry, dict) or not entry or not set(entry) <= {"size", *HEX_DIGITS}:
+        return False
+    size = entry.get("size", 0)
+    return type(size) is int and size >= 0 and all(
+        isinstance(entry[key], str) and re.fullmatch(f"[0-9a-f]{{{n}}}", entry[key]) is not None
+        for key, n in HEX_DIGITS.items() if key in entry)
 
 
 def expected_digests(source: SourceFile, record: DigestRecord) -> dict | None:
@@ -146,6 +171,9 @@ def fetch(urls: Sequence[str], part: Path, progress: bool | None = None, attempt
                 try:
                     _transfer(url, part, hasher, bar)
                     return hasher.result()
+                except NoAnswer as e:  # a server that ignores one request ignores the next: try the next URL
+                    errors.append(f"{url}: {e}")
+                    continue
                 except urllib.error.HTTPError as e:
                     errors.append(f"{url}: HTTP {e.code} {e.reason}")
                     if e.code == 416 and hasher.size:  # our bytes reach past the file's end: start over
@@ -158,25 +186,42 @@ def fetch(urls: Sequence[str], part: Path, progress: bool | None = None, attempt
                 except TRANSIENT as e:
                     reason = getattr(e, "reason", None) or e
                     errors.append(f"{url}: {type(reason).__name__}: {reason}")
-                    if isinstance(reason, FileNotFoundError):  # a local mirror without the file
+                    if isinstance(reason, (FileNotFoundError, *UNREACHABLE)):  # no such local file, or no host
                         continue
                 break  # a transient failure: retry after the pause
             else:
-                raise DownloadError(f"cannot download {name}: " + "; ".join(errors))
+                raise given_up(name, part, hasher.size, errors)
             if restarted:
                 continue
             fruitless = 0 if hasher.size > before else fruitless + 1
             if fruitless >= attempts:
-                raise DownloadError(f"cannot download {name} ({hasher.size} bytes kept in {part}; run the "
-                                    f"command again to resume): " + "; ".join(errors))
+                raise given_up(name, part, hasher.size, errors)
             time.sleep(0.5 * 2**fruitless if fruitless else 0.0)
+
+
+def given_up(name: str, part: Path, kept: int, errors: list[str]) -> DownloadError:
+    """The error of a fetch that stops: the bytes kept in `part` for the next run to resume, or, when none came, no
+    `part` left behind (an empty one would promise a resume)."""
+    if kept:
+        return DownloadError(f"cannot download {name} ({kept} bytes kept in {part}; run the command again to "
+                             "resume): " + "; ".join(errors))
+    part.unlink(missing_ok=True)
+    return DownloadError(f"cannot download {name}: " + "; ".join(errors))
 
 
 def _transfer(url: str, part: Path, hasher: Hasher, bar: tqdm) -> None:
     """One request: append the bytes after `hasher.size` to `part`; raises unless the file is then complete."""
     start = hasher.size
     headers = {"User-Agent": USER_AGENT, **({"Range": f"bytes={start}-"} if start else {})}
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT) as response:
+    try:
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT)
+    except TimeoutError as e:  # connected, then no answer
+        raise NoAnswer(f"no answer within {TIMEOUT} s (the server took the connection, then sent nothing)") from e
+    except urllib.error.URLError as e:  # urllib wraps a timeout while connecting
+        if isinstance(e.reason, TimeoutError):
+            raise NoAnswer(f"no connection within {TIMEOUT} s") from e
+        raise
+    with response:
         status = getattr(response, "status", None) or 200  # file:// answers have no status
         if status == 206 and not response.headers.get("Content-Range", "").startswith(f"bytes {start}-"):
             raise http.client.HTTPException(f"asked for bytes from {start}, got {response.headers.get('Content-Range')!r}")
@@ -258,11 +303,17 @@ def download(names: Iterable[str], data_dir: str | Path = "data", mirror: str | 
     record = DigestRecord(downloads / DIGESTS) if verify else None
     local, provenance, fresh = {}, {}, {}
     for source in {f.name: f for d in todo for f in d.files}.values():
-        path, digests, url = obtain(source, downloads, mirror, record, progress)
+        try:
+            path, digests, url = obtain(source, downloads, mirror, record, progress)
+        except DownloadError as e:
+            # a wrong file says what to do itself, and so does one partly here (resume it)
+            if isinstance(e, DigestMismatchError) or (downloads / f"{source.name}.part").exists():
+                raise
+            raise DownloadError(f"{e}. {bring_over(source, [d for d in todo if source in d.files])}") from None
         local[source.name] = path
         provenance[source.name] = {"from": url or str(path),
                                    **({"size": digests.size, "sha256": digests.sha256} if digests else {})}
-        if digests and not source.md5 and source.name not in record.entries:
+        if record is not None and digests and not source.md5 and source.name not in record.entries:
             fresh[source.name] = digests
     try:
         unpack([(d, data_dir / d.folder) for d in todo], local, provenance, progress)
@@ -273,8 +324,18 @@ def download(names: Iterable[str], data_dir: str | Path = "data", mirror: str | 
         raise
     for name, digests in fresh.items():  # unpacked without complaint: the first verified use
         record.add(name, digests)
+    unverified = "" if verify else " (not verified: --no-verify skipped the digest checks)"
     for d in todo:
-        log(f"{d.name}: ready in {data_dir / d.folder}")
+        log(f"{d.name}: ready in {data_dir / d.folder}{unverified}")
+
+
+def bring_over(source: SourceFile, datasets: list[Dataset]) -> str:
+    """How to get `source` (a file of `datasets`) here without this machine reaching its URLs."""
+    name = datasets[0].name
+    given = "FILE" if len(datasets[0].files) == 1 else f"FOLDER (holding {source.name} and the other source files)"
+    return (f"To bring it over without network here: download {source.urls[0]} on a machine that has network, copy "
+            f"it into a folder here as {source.name}, and pass that folder as --mirror (seqssm data download "
+            f"{name} --mirror FOLDER), or unpack it with: seqssm data prepare {name} --source {given}")
 
 
 def dataset(name: str) -> Dataset:
@@ -314,14 +375,6 @@ def download_size(d: Dataset, data_dir: Path) -> str:
             return "unknown"
         total += size
     return size_text(total)
-
-
-def size_text(n: int) -> str:
-    """Bytes as e.g. "80.2 MiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def listing(data_dir: str | Path = "data") -> list[dict[str, str]]:

@@ -58,7 +58,8 @@ def _tsv_rows(path: Path, n_columns: int, header: tuple[str, ...] | None,
             try:
                 yield parse(fields) if parse else fields
             except (ValueError, KeyError) as e:
-                raise DataFormatError(f"{path}:{lineno}: malformed row ({e}): {line[:60]!r}") from None
+                raise DataFormatError(f"{path}:{lineno}: malformed row ({e}): {line[:60]!r}; fix or delete this "
+                                      "row") from None
 
 
 def not_utf8(path: str | Path) -> DataFormatError:
@@ -204,3 +205,16 @@ def read_pickle(path: str | Path, fix: str):
         raise DataFormatError(
             f"{path}: cannot unpickle ({type(e).__name__}: {e}); the file is truncated or corrupt; {fix}"
         ) from None
+    except MemoryError as e:  # an array call of the pickle asks for more than the machine has (numpy says how much)
+        raise DataFormatError(
+            f"{path}: asks for more memory than there is ({e or 'MemoryError'}), far more than its "
+            f"{size_text(path.stat().st_size)} can hold: not the published file; {fix}"
+        ) from None
+
+
+def size_text(n: int) -> str:
+    """Bytes as e.g. "80.2 MiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024

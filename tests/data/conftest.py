@@ -1,12 +1,19 @@
-"""A loopback HTTP mirror for the download tests: Range requests, and switches to misbehave."""
+"""A loopback HTTP mirror for the download tests: Range requests, and switches to misbehave; the published files'
+stand-ins it serves."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
 import pytest
+
+from seqssm.data.sources import DATASETS
+
+from .published import published_files
 
 
 class MirrorServer:
@@ -77,3 +84,20 @@ def mirror():
     server = MirrorServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """{source file name: bytes} of a stand-in for every published file."""
+    return published_files(tmp_path_factory.mktemp("published"))
+
+
+@pytest.fixture
+def served(mirror, published, monkeypatch):
+    """The mirror serving every published stand-in; the table's published md5s become the stand-ins' md5s."""
+    mirror.files.update(published)
+    for name, d in DATASETS.items():
+        files = tuple(dataclasses.replace(f, md5=hashlib.md5(published[f.name]).hexdigest(), size=len(published[f.name]))
+                      if f.md5 else f for f in d.files)
+        monkeypatch.setitem(DATASETS, name, dataclasses.replace(d, files=files))
+    return mirror

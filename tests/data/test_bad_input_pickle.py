@@ -90,6 +90,18 @@ def test_payload_through_the_datamodule(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("images", [10_000_000, 1_000], ids=["28.6GiB", "3MiB"])
+def test_a_batch_asking_for_more_than_its_file_holds_is_named(tmp_path, images):
+    """`numpy.ndarray(shape, dtype)` in a pickle asks for memory from a shape alone. Before: numpy's 28.6 GiB
+    MemoryError as a traceback without the file's name. What the machine can allocate (lazily) is refused as well."""
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(pickle.dumps(cifar_batch(extra={b"data": Payload(np.ndarray, (images, 3072), np.dtype("u1"))}),
+                                  protocol=2))
+    with pytest.raises(DataFormatError, match=rf"^{path}: .*(asks for more memory than there is|holds {images} images)"
+                                              r".*: not the published file; fetch it again$"):
+        read_cifar_batch(path, fix="fetch it again")
+
+
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_published_batch_layouts_still_load(tmp_path, protocol):
     """What real batches hold (uint8 array, int labels, bytes, numpy scalars, file names) loads at every protocol."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 
@@ -16,23 +15,7 @@ from seqssm.data.errors import CorruptFileError, DigestMismatchError, DownloadEr
 from seqssm.data.extract import MARKER, is_complete
 from seqssm.data.sources import DATASETS
 
-from .published import LISTOPS_ROW, cifar_python, lra_release, published_files
-
-
-@pytest.fixture(scope="module")
-def published(tmp_path_factory):
-    return published_files(tmp_path_factory.mktemp("published"))
-
-
-@pytest.fixture
-def served(mirror, published, monkeypatch):
-    """The mirror serving every published stand-in; the table's published md5s become the stand-ins' md5s."""
-    mirror.files.update(published)
-    for name, d in DATASETS.items():
-        files = tuple(dataclasses.replace(f, md5=hashlib.md5(published[f.name]).hexdigest(), size=len(published[f.name]))
-                      if f.md5 else f for f in d.files)
-        monkeypatch.setitem(DATASETS, name, dataclasses.replace(d, files=files))
-    return mirror
+from .published import LISTOPS_ROW, cifar_python, lra_release
 
 
 def fetch_all(names, root, mirror, **kw):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from seqssm.errors import DataFormatError
@@ -10,7 +12,7 @@ from ..base import RaggedDataset, holdout_split
 from ..cache import Ragged
 from ..errors import missing
 from ..images import ImageDataModule, to_gray
-from ..io import check_labels, read_pickle
+from ..io import check_labels, read_pickle, size_text
 from ..sources import download_command
 
 LAYOUT = """<data_dir>/                 (e.g. data/cifar10)
@@ -33,6 +35,10 @@ def read_cifar_batch(path, fix: str = "delete it and unpack cifar-10-python.tar.
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         what = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataFormatError(f"{path}: b'data' is a {what}, expected a uint8 array of shape (N, 3072); {fix}")
+    size = Path(path).stat().st_size
+    if data.nbytes > size:  # made by the pickle from a shape alone: no pixels of the file
+        raise DataFormatError(f"{path}: b'data' holds {len(data)} images ({size_text(data.nbytes)}), more than the "
+                              f"file's {size_text(size)} can hold: not the published file; {fix}")
     labels = check_labels(d[b"labels"], 10, path, item="image", fix=fix)
     if len(labels) != len(data):
         raise DataFormatError(f"{path}: {len(data)} images but {len(labels)} labels; {fix}")
