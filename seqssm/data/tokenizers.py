@@ -17,7 +17,9 @@ import numpy as np
 
 
 class ListOpsTokenizer:
-    """ListOps: strip `(`/`)`, `]` -> `X`, split on whitespace, append `<eos>`; ids int (n,)."""
+    """ListOps: strip `(`/`)`, `]` -> `X`, split on whitespace, append `<eos>`; ids int (n,). Any other token (an
+    operator or number ListOps does not have) is refused: S4's vocabulary would read it as `<unk>`, which trains on
+    an expression that is not one."""
 
     SPECIALS = ("<pad>", "<unk>", "<eos>")
     TOKENS = ("[MIN", "[MAX", "[MED", "[SM", *[str(d) for d in range(10)], "X")
@@ -26,6 +28,7 @@ class ListOpsTokenizer:
     def __init__(self) -> None:
         self.vocab = {t: i for i, t in enumerate(self.SPECIALS + self.TOKENS)}
         self.vocab_size = len(self.vocab)
+        self._token_ids = {t: self.vocab[t] for t in self.TOKENS}  # what a source may hold: no specials
 
     @staticmethod
     def split(source: str) -> list[str]:
@@ -33,8 +36,13 @@ class ListOpsTokenizer:
         return source.replace("(", "").replace(")", "").replace("]", "X").split()
 
     def encode(self, source: str, max_length: int | None = None) -> np.ndarray:
-        """uint8 ids (n,) with `<eos>` last; truncated so that n <= max_length (eos kept)."""
-        ids = [self.vocab.get(t, self.unk_token_id) for t in self.split(source)]
+        """uint8 ids (n,) with `<eos>` last; truncated so that n <= max_length (eos kept). A token that is not
+        ListOps raises ValueError naming it."""
+        try:
+            ids = [self._token_ids[t] for t in self.split(source)]
+        except KeyError as e:
+            raise ValueError(f"{e.args[0]!r} is not a ListOps token (those are [MIN [MAX [MED [SM ( ) ] and the "
+                             "digits 0-9)") from None
         if max_length is not None:
             ids = ids[: max_length - 1]
         ids.append(self.eos_token_id)

@@ -66,6 +66,21 @@ def test_listops_labels(tmp_path, label):
         ListOpsDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache").setup()
 
 
+@pytest.mark.parametrize("source, token", [("( [FOO 1 2 ] )", "[FOO"), ("( [MAX 27 3 ] )", "27"),
+                                           ("( [SM 1 <unk> ] )", "<unk>"), ("a plain sentence", "a")])
+def test_listops_rows_that_are_not_listops_are_refused(tmp_path, source, token):
+    # Before: trained with each unknown token read as <unk>, without a word
+    for split in ("train", "val", "test"):
+        (tmp_path / f"basic_{split}.tsv").write_text("Source\tTarget\n( [MAX 2 3 ] )\t3\n")
+    (tmp_path / "basic_test.tsv").write_text(f"Source\tTarget\n( [MAX 2 3 ] )\t3\n{source}\t2\n{source}\t2\n")
+    with pytest.raises(DataFormatError) as e:
+        ListOpsDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache").setup()
+    assert str(e.value) == (f"{tmp_path / 'basic_test.tsv'}:3: malformed row ({token!r} is not a ListOps token "
+                            f"(those are [MIN [MAX [MED [SM ( ) ] and the digits 0-9)): '{source}\\t2'; fix or "
+                            "delete this row")
+    assert not list((tmp_path / "cache").glob("listops-*")), "nothing cached from a refused file"
+
+
 @pytest.mark.parametrize("label", ["2", "-1", "0.5", "inf"])
 def test_aan_labels(tmp_path, label):
     for split in ("train", "eval", "test"):
@@ -248,7 +263,7 @@ def test_garbage_digest_record(tmp_path):
         path.write_bytes(content)
         with pytest.raises(DataFormatError, match=rf"digests\.json: {message}.*delete it"):
             DigestRecord(path)
-    path.write_text(json.dumps({"a": {"size": 1, "sha256": "x"}}))
+    path.write_text(json.dumps({"a": {"size": 1, "sha256": "0" * 64}}))
     assert DigestRecord(path).entries["a"]["size"] == 1
 
 

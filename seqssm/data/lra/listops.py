@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits
@@ -19,9 +20,12 @@ LAYOUT = """<data_dir>/                (e.g. data/listops, or lra_release/listop
 SPLIT_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
 
 
-def read_listops(path: str | Path) -> list[tuple[str, int]]:
-    """(source, target) rows of one LRA ListOps TSV."""
-    return read_tsv(path, 2, header=("Source", "Target"), parse=lambda f: (f[0], parse_int_label(f[1], 10)))
+def read_listops(path: str | Path, tokenizer: ListOpsTokenizer, max_length: int | None = None
+                 ) -> list[tuple[np.ndarray, int]]:
+    """(token ids, target) rows of one LRA ListOps TSV; a row that is not ListOps (a token outside the tokenizer's
+    vocabulary, a label outside 0-9) raises DataFormatError naming the file, the line and the token."""
+    return read_tsv(path, 2, header=("Source", "Target"),
+                    parse=lambda f: (tokenizer.encode(f[0], max_length), parse_int_label(f[1], 10)))
 
 
 class ListOpsDataModule(SeqDataModule):
@@ -62,10 +66,11 @@ class ListOpsDataModule(SeqDataModule):
         def build():
             out = {}
             for split, path in paths.items():
-                rows = read_listops(path)
-                out[split] = ([self.tokenizer.encode(s, self.max_length) for s, _ in rows], [t for _, t in rows])
+                rows = read_listops(path, self.tokenizer, self.max_length)
+                out[split] = ([ids for ids, _ in rows], [t for _, t in rows])
             return out
 
-        spec = {"max_length": self.max_length, "tok": "s4-listops"}
+        # "strict": caches built before unknown tokens were refused hold them as <unk>; they are built afresh
+        spec = {"max_length": self.max_length, "tok": "s4-listops-strict"}
         data = cached_splits(self.cache_dir, "listops", paths.values(), spec, build)
         return {split: RaggedDataset(data[split]) for split in SPLIT_FILES}
