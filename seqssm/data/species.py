@@ -202,7 +202,8 @@ class SpeciesDataModule(SeqDataModule):
     authors' code chose them; "first" the split's first training chromosome ("2"); or a dict
     {species: chromosome} (species it leaves out take the smallest). Validation and test always
     use the validation/test chromosomes. `generate=True` writes synthetic genomes
-    (`generate_length` bases per chromosome) into `data_dir` for species that are absent.
+    (`generate_length` bases per chromosome) into `data_dir` for species that are absent, when `data_dir` is empty
+    or was generated; a folder of other (real) genomes is refused, naming the species it lacks.
     """
 
     name = "species"
@@ -246,8 +247,9 @@ class SpeciesDataModule(SeqDataModule):
         if self.generate:
             absent = [s for s in self.species if not (self.data_dir / s).is_dir()]
             if absent:
-                from .generators.genome import write_genomes
+                from .generators.genome import check_generated_folder, write_genomes
 
+                check_generated_folder(self.data_dir, absent)
                 write_genomes(self.data_dir, absent, chrom_length=self.generate_length, seed=self.seed)
 
     def _check_finetune_choice(self, choice: str | dict[str, str]) -> str | dict[str, str]:

@@ -1,14 +1,20 @@
-"""Bad genomes for the species reader: empty, short, truncated .gz, not UTF-8, malformed FASTA, stale index.
-Each must stop with one clear error naming the file and what to do, and leave no file behind."""
+"""Bad genomes for the species reader: empty, short, truncated .gz, not UTF-8, malformed FASTA, stale index; a
+folder of real genomes lacking a species that generate: true would fill with synthetic ones. Each must stop with one
+clear error naming the file and what to do, and leave no file behind."""
 
 import gzip
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from seqssm.data import DataFormatError, SPECIES_SPLITS, SpeciesDataModule
+from seqssm.data import DataFormatError, DataNotFoundError, SPECIES_SPLITS, SpeciesDataModule
+from seqssm.data.generators.genome import SYNTHETIC_MARKER
 from seqssm.data.species import find_chromosome
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def write_species(root, length=200, species="human"):
@@ -142,3 +148,36 @@ def test_stale_garbage_index_is_reported(tmp_path, index):
 def test_bad_window_options(option, value, message):
     with pytest.raises(ValueError, match=message):
         SpeciesDataModule(**{option: value})
+
+
+def test_generate_writes_no_synthetic_genome_into_a_folder_of_real_ones(tmp_path, capsys, monkeypatch):
+    # Before: synthetic pig/chr*.fna written beside the real human/, and trained on, exit 0
+    human = write_species(tmp_path / "real")
+    before = {p.name: p.read_bytes() for p in human.iterdir()}
+    with pytest.raises(DataNotFoundError) as e:
+        setup(tmp_path / "real", species=("human", "pig"), generate=True)
+    assert str(e.value).startswith(f"{tmp_path / 'real'} has no pig/ and holds other data (human), so generate: true "
+                                   "writes no synthetic genomes there")
+    assert f"Put the chromosome files (chr<C>.fna) of pig in {tmp_path / 'real' / 'pig'}" in str(e.value)
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["human"]
+    assert {p.name: p.read_bytes() for p in human.iterdir()} == before
+    # the quickstart's path: `seqssm fit` says it in one line, exit code 2
+    from seqssm.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(RECIPES / "quickstart.yaml"), "--data.init_args.data_dir", "real",
+              "--data.init_args.species", "[human, pig]", "--trainer.default_root_dir", "run"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("seqssm fit: error: real has no pig/ and holds other data")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "real" / "pig").exists()
+
+
+def test_generate_adds_species_to_an_empty_or_generated_folder(tmp_path):
+    setup(tmp_path / "gen", species=("human",), generate=True, generate_length=100)  # missing: made and marked
+    assert json.loads((tmp_path / "gen" / SYNTHETIC_MARKER).read_text())["species"] == ["human"]
+    setup(tmp_path / "gen", species=("human", "pig"), generate=True, generate_length=100)  # generated: extended
+    assert json.loads((tmp_path / "gen" / SYNTHETIC_MARKER).read_text())["species"] == ["human", "pig"]
+    (tmp_path / "empty" / ".cache").mkdir(parents=True)  # hidden entries do not count
+    setup(tmp_path / "empty", species=("mouse",), generate=True, generate_length=100)
+    assert (tmp_path / "empty" / "mouse" / "chr2.fna").is_file()

@@ -257,4 +257,5 @@ def test_generate_true_builds_species(tmp_path):
     dm.setup()
     b = next(iter(dm.train_dataloader()))
     assert b["inputs"].shape == (8, 128) and dm.n_classes == 5
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["hippo", "human", "lemur", "mouse", "pig"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".seqssm-synthetic.json", "hippo", "human", "lemur", "mouse",
+                                                          "pig"]

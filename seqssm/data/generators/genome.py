@@ -11,18 +11,21 @@ sequences of every species, and a classifier needs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from seqssm.errors import ConfigError, check_int
+from seqssm.errors import ConfigError, DataNotFoundError, check_int
 
+from ..io import write_text_atomic
 from ..species_splits import SPECIES_SPLITS
 
 BASES = np.frombuffer(b"ACGT", dtype=np.uint8)
 MAX_ORDER = 10  # the transition table has 4**order rows: 32 MB at order 10, 2 GB at 13
+SYNTHETIC_MARKER = ".seqssm-synthetic.json"  # in a folder write_genomes wrote into: the species it generated
 
 
 def transition_table(rng: np.random.Generator, order: int, concentration: float) -> np.ndarray:
@@ -150,6 +153,7 @@ def write_genomes(out_dir: str | Path, species=("human", "lemur", "mouse", "pig"
     if unknown:
         raise ConfigError(f"species: unknown species {unknown[0]!r}; known: {sorted(splits)}")
     out_dir = Path(out_dir)
+    mark_synthetic(out_dir, species)
     library = motif_library(structure, seed) if structure is not None else None
     for sp in species:
         # keyed by the species' place in the table, so a genome does not depend on which others are written
@@ -166,3 +170,32 @@ def write_genomes(out_dir: str | Path, species=("human", "lemur", "mouse", "pig"
         for c, seq in zip(tqdm(chroms, desc=f"genome {sp}", leave=False), bases):
             write_fasta(out_dir / sp / f"chr{c}.fna", f"chr{c} synthetic {sp} {kind}", seq)
     return out_dir
+
+
+def mark_synthetic(folder: Path, species) -> None:
+    """Add `species` to `folder`'s SYNTHETIC_MARKER, written before any genome: a folder whose generation was cut
+    short still counts as generated."""
+    marker = folder / SYNTHETIC_MARKER
+    try:
+        known = json.loads(marker.read_text(encoding="utf-8"))["species"]
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: the species written from now on
+        known = []
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(marker, json.dumps({"generator": "seqssm synthetic genomes",
+                                          "species": sorted({*known, *species})}) + "\n")
+
+
+def check_generated_folder(folder: str | Path, absent) -> None:
+    """Raise DataNotFoundError naming the `absent` species unless `folder` may take synthetic genomes for them: it is
+    missing, empty (hidden entries aside) or was written by write_genomes (it holds SYNTHETIC_MARKER). Synthetic
+    genomes beside real ones would be trained on as if they were real."""
+    folder = Path(folder)
+    held = sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.is_dir() else []
+    if not held or (folder / SYNTHETIC_MARKER).is_file():
+        return
+    missing = ", ".join(f"{sp}/" for sp in absent)
+    raise DataNotFoundError(
+        f"{folder} has no {missing} and holds other data ({', '.join(held[:4])}{', ...' if len(held) > 4 else ''}), "
+        f"so generate: true writes no synthetic genomes there (only into an empty folder or one it generated, marked "
+        f"by {SYNTHETIC_MARKER}). Put the chromosome files (chr<C>.fna) of {absent[0]} in {folder / absent[0]}, leave "
+        f"{', '.join(absent)} out of species, or point data_dir at an empty folder for synthetic genomes")
