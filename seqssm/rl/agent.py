@@ -210,7 +210,7 @@ def orthogonal_init(agent: ActorCritic) -> None:
 @dataclass
 class AgentConfig:
     """What `build_agent` builds: the core (or `core_init_from`: a `seqssm fit` checkpoint or exported folder,
-    whose backbone replaces `core`), MLP sizes of the encoder (before the core's d_model) and heads, their
+    whose backbone replaces `core`; `seqssm rl` says so and records that backbone as `core`), MLP sizes of the encoder (before the core's d_model) and heads, their
     activation, and the initialisation of the agent's own layers: "default" (torch's, the actor's last layer
     scaled to 0.01) or "orthogonal" (Lu et al.'s public code, see `orthogonal_init`)."""
 

@@ -24,6 +24,7 @@ from seqssm.blocks.common import FeatureDropout, WrapperBlock
 from seqssm.blocks.stack import BlockStack, make_stack
 from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call, where_state
 from seqssm.layers.registry import LAYERS, build_layer
+from seqssm.models.config import SequenceModelConfig
 from seqssm.models.sequence_model import SequenceModel
 from seqssm.optim import set_ssm_lr_scale
 
@@ -167,6 +168,22 @@ def load_core(path: str | Path) -> tuple[BlockStack, dict]:
         raise ValueError(f"core_init_from: {path} holds a bidirectional model; an agent's memory must be causal "
                          "(its output at t may not depend on observations after t)")
     return model.backbone, model.config.to_dict()
+
+
+def core_config_of(model_config: dict) -> CoreConfig:
+    """The CoreConfig that describes the backbone of the SequenceModel `model_config` describes (what `load_core`
+    gives an agent): its blocks' kind and SSP, width, depth, dropout and SSP settings."""
+    config = SequenceModelConfig.from_dict(model_config)
+    ssp = config.block.ssp
+    return CoreConfig(layer=ssp.layer, d_model=config.d_model, d_state=ssp.d_state, n_layers=config.n_layers,
+                      block=config.block.kind, dropout=config.block.dropout, ssm_lr_scale=ssp.lr_scale,
+                      layer_kwargs=dict(ssp.layer_kwargs))
+
+
+def describe_core(config: CoreConfig) -> str:
+    """A core in a few words: "layer s6, block mamba, 2 layers, d_model 64"."""
+    layers = f"{config.n_layers} layer" + ("s" if config.n_layers != 1 else "")
+    return f"layer {config.layer}, block {config.block}, {layers}, d_model {config.d_model}"
 
 
 def core_from_model_config(config: dict) -> BlockStack:

@@ -17,6 +17,7 @@ import math
 import os
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,6 +31,7 @@ from seqssm.errors import ConfigError
 from seqssm.rl.checkpoint import save_checkpoint
 from seqssm.arguments import resolve_device
 from seqssm.rl.config import EVAL_SEED, RunConfig, validate
+from seqssm.rl.core import core_config_of, describe_core
 from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import make_env, make_vector_env
 from seqssm.rl.envs.make import is_env_name, unknown_env_message
@@ -250,6 +252,14 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
     if log is not None:
         why = "as threads sets" if config.threads else f"the default on {device.type}"
         log(f"torch CPU threads: {threads} ({why}; --threads N changes it)")
+    loaded = getattr(algo.agent, "core_model_config", None)
+    if loaded is not None:  # --agent.core_init_from: the loaded backbone is the core, whatever agent.core says
+        core = core_config_of(loaded)
+        if log is not None:
+            log(f"--agent.core_init_from {config.agent.core_init_from}: the core is that model's backbone "
+                f"({describe_core(core)}), not agent.core ({describe_core(config.agent.core)}); config.yaml records "
+                "the core built")
+        config = replace(config, agent=replace(config.agent, core=core))
     agent = algo.agent
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -230,6 +230,26 @@ def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, caps
             k: v for k, v in s.items() if k not in ("wall_s", "sps")}
 
 
+def test_core_init_from_says_it_replaces_the_recipes_core_and_records_the_core_built(tmp_path, capsys,
+                                                                                       restore_threads):
+    # Before: an S5 recipe given a mamba-s6 folder trained a Mamba backbone while config.yaml said layer: s5
+    from seqssm.models import build
+    from seqssm.models.hub import save_pretrained
+
+    save_pretrained(build("mamba-s6", vocab_size=8, n_classes=2, d_model=8, n_layers=2, d_state=4), tmp_path / "mamba")
+    out = tmp_path / "run"
+    summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--ppo.total_steps", "256",
+                    "--agent.core_init_from", str(tmp_path / "mamba"), "--out_dir", str(out)])
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--agent.core_init_from")]
+    assert said == [f"--agent.core_init_from {tmp_path / 'mamba'}: the core is that model's backbone (layer s6, block "
+                    "mamba, 2 layers, d_model 8), not agent.core (layer s5, block residual, 1 layer, d_model 8); "
+                    "config.yaml records the core built"]
+    core = yaml.safe_load((out / "config.yaml").read_text())["agent"]["core"]
+    assert (core["layer"], core["block"], core["n_layers"], core["d_model"], core["d_state"]) == ("s6", "mamba", 2, 8, 4)
+    assert summary["memory"] == f"init_from:{tmp_path / 'mamba'}"
+    assert main(["rl-eval", str(out / "last.pt"), "--episodes", "2", "--num_envs", "2"])["episodes"] == 2
+
+
 def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
     out = tmp_path / "sac"
     summary = main(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--agent.encoder.kind", "vssm",
