@@ -10,7 +10,9 @@
 #   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
 #                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
 #   TRITON_CACHE_ARCHIVE  a .tar.xz of a Triton cache to start from (default .gpu/triton-cache.tar.xz when it
-#                         exists; python -m seqssm.ops.triton_aot --tier bench --cache DIR makes one)
+#                         exists), made under the GPU machine's triton release: python -m seqssm.ops.triton_aot
+#                         --tier bench --arch 90 --cache .gpu/triton-cache && tar -C .gpu -cJf
+#                         .gpu/triton-cache.tar.xz triton-cache
 #
 # Steps; every step runs, and the exit status is 1 if one failed or timed out, or a benchmark missed a target:
 # 1. torch sees a GPU (without an NVIDIA driver: exit 2, nothing done); versions printed.
@@ -93,9 +95,9 @@ xdist=()
 run bench-scan 100 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --out "$OUT/bench_scan.json"
 run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     -m "gpu and not slow" tests
-run bench-models 140 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
-run profile 20 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
-run bench-compile 40 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
+run bench-models 120 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
+run profile 40 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
 [ -n "${TRITON_CACHE_DIR:-}" ] && say "Triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels after the run"
 
