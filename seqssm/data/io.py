@@ -214,7 +214,7 @@ def read_pickle(path: str | Path, fix: str):
 
 def size_text(n: int) -> str:
     """Bytes as e.g. "80.2 MiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024

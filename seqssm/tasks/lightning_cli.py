@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import signal
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -33,8 +35,9 @@ from seqssm.errors import ConfigError, MissingFileError, user_error_in
 from seqssm.models.safe_load import checkpoint_error
 
 from ..data import SeqDataModule
+from ..data.io import size_text
 from .base import SequenceTask
-from .checkpoint import TaskCheckpoint
+from .checkpoint import TaskCheckpoint, check_checkpoint_fits, task_checkpoint_shapes
 from .files import RunFolderLock
 from .logs import CSVLogger
 from seqssm.recipes import RECIPE_PARSER_MODE, register_recipe_loader
@@ -87,8 +90,12 @@ class SeqssmCLI(LightningCLI):
         return super().init_parser(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
+        self._ckpt_shapes = None
         if self.config.get("subcommand"):
-            self._resolve_last(self.config[self.config.subcommand])
+            config = self.config[self.config.subcommand]
+            self._resolve_last(config)
+            if config.get("ckpt_path") and Path(config.ckpt_path).is_file():
+                self._ckpt_shapes = task_checkpoint_shapes(config.ckpt_path)
         # Lightning reads the hyper-parameters of --ckpt_path here, with torch.load(weights_only=True): name the file
         # and what is wrong with it when that fails, as every other checkpoint read of seqssm does
         try:
@@ -171,8 +178,36 @@ class SeqssmCLI(LightningCLI):
         config["ckpt_path"] = str(last)
 
     def _run_subcommand(self, subcommand: str) -> None:
+        if self._ckpt_shapes is not None:
+            check_checkpoint_fits(self.model, self._ckpt_shapes, self.config_init[subcommand].ckpt_path)
         self.place_run()
-        super()._run_subcommand(subcommand)
+        try:
+            super()._run_subcommand(subcommand)
+        except SystemExit as e:
+            if not isinstance(e.__context__, KeyboardInterrupt):
+                raise
+            self.stopped_at_once(subcommand)
+        except (MemoryError, RuntimeError) as e:
+            hint = out_of_memory(e, subcommand, getattr(self.datamodule, "batch_size", None))
+            if hint is None:
+                raise
+            raise ConfigError(hint) from e
+
+    def stopped_at_once(self, subcommand: str) -> None:
+        """After Lightning's answer to a KeyboardInterrupt (a second Ctrl-C during fit, or one during validate /
+        test / predict): its exit status 1 would read as a failure, so exit as a command ended by SIGINT (130), as
+        the first Ctrl-C of a fit does, saying what is kept. Lightning ignores SIGINT from then on; a caller in this
+        process gets it back."""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        message = f"seqssm {subcommand}: stopped by Ctrl-C (SIGINT)"
+        callback = self.trainer.checkpoint_callback
+        if subcommand == "fit" and isinstance(callback, TaskCheckpoint):
+            last = Path(callback.last_path)
+            step = f" (global step {callback.last_saved_step})" if callback.last_saved_step is not None else ""
+            kept = f"{last}{step} is intact: resume it with --ckpt_path last" if last.is_file() else "nothing was saved"
+            message = f"seqssm fit: stopped at once by Ctrl-C (SIGINT), without saving the step in flight; {kept}"
+        print(message, file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
 
     def lock_run_folders(self, config) -> None:
         """Lock default_root_dir (and --checkpoint.dirpath when given) until this CLI is done; before the Trainer is
@@ -220,6 +255,27 @@ class SeqssmCLI(LightningCLI):
             raise ConfigError(f"{last} holds the state of an earlier run, which this run would overwrite. Resume "
                               "that run with --ckpt_path last, give this run its own folder with "
                               f"--checkpoint.dirpath, or delete {folder} to start over.")
+
+
+def out_of_memory(error: BaseException, subcommand: str, batch_size: int | None) -> str | None:
+    """One line for an allocator's failure during `seqssm SUBCOMMAND` (torch's CPU allocator's RuntimeError, CUDA's
+    OutOfMemoryError, a MemoryError) naming the amount and batch_size, the setting to lower; None for other errors."""
+    text = str(error)
+    if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "can't allocate memory" not in text:
+        return None
+    asked = re.search(r"tried to allocate (\d+) bytes|Tried to allocate ([\d.]+ [KMGTP]iB)", text)
+    amount = "" if asked is None else f" {size_text(int(asked[1])) if asked[1] else asked[2]}"
+    where = "on the GPU" if isinstance(error, torch.OutOfMemoryError) else "in memory"
+    if not batch_size:
+        now = ""
+    elif subcommand == "fit" and batch_size > 1:
+        now = f" (now {batch_size}; e.g. {batch_size // 2}, with --trainer.accumulate_grad_batches doubled to keep " \
+              "the effective batch)"
+    else:
+        now = f" (now {batch_size})"
+    return (f"out of memory: a step of seqssm {subcommand} asked for{amount} {where}, more than was free; lower "
+            f"--data.init_args.batch_size{now}, or max_length or the model's size. The checkpoints written so far "
+            "are kept")
 
 
 def setting_error(error: BaseException) -> str:

@@ -86,6 +86,18 @@ class SignalAt(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class AllocateAt(L.Callback):
+    """Asks torch's allocator for `nbytes` at the start of optimizer step `step`, as a batch too large for the
+    machine does; 2**50 bytes (1 PiB, more than any address space holds) fails on every machine."""
+
+    def __init__(self, step: int, nbytes: int = 2**50):
+        self.step, self.nbytes = step, nbytes
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            torch.empty(self.nbytes, dtype=torch.uint8)
+
+
 class KillDuringCheckpointWrite(L.Callback):
     """SIGKILLs this process halfway through writing the checkpoint of optimizer step `step`."""
 

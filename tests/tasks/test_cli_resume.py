@@ -162,6 +162,35 @@ def test_a_full_disk_during_fit_is_one_line_naming_the_folder_and_keeps_the_chec
     assert not temporary_path(folder / "last.ckpt").exists()
 
 
+def test_a_batch_larger_than_memory_is_one_line_naming_batch_size_and_keeps_the_checkpoint(workdir, capsys):
+    # Before: torch's allocator traceback ("DefaultCPUAllocator: can't allocate memory"), no word of batch_size
+    fit("--trainer.max_steps", "2")
+    last = version(0) / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    code, err = run(["fit", "--config", "tiny.yaml", "--torch_threads", "1", "--ckpt_path", "last",
+                     "--trainer.max_steps", "4", "--trainer.callbacks+=tasks.helpers.AllocateAt",
+                     "--trainer.callbacks.step", "2"], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("seqssm fit: error: ")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == ("seqssm fit: error: out of memory: a step of seqssm fit asked for 1.0 PiB in memory, more "
+                        "than was free; lower --data.init_args.batch_size (now 16; e.g. 8, with "
+                        "--trainer.accumulate_grad_batches doubled to keep the effective batch), or max_length or the "
+                        "model's size. The checkpoints written so far are kept")
+    assert last.read_bytes() == before
+
+
+def test_out_of_memory_on_a_gpu_names_the_amount_and_batch_size():
+    from seqssm.tasks.lightning_cli import out_of_memory
+
+    error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+                                   "79.19 GiB of which 3.94 GiB is free. Including non-PyTorch memory, ...")
+    assert out_of_memory(error, "test", 64) == (
+        "out of memory: a step of seqssm test asked for 20.00 GiB on the GPU, more than was free; lower "
+        "--data.init_args.batch_size (now 64), or max_length or the model's size. The checkpoints written so far "
+        "are kept")
+    assert out_of_memory(RuntimeError("shape mismatch"), "fit", 64) is None  # other errors stay themselves
+
+
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
                                    OSError(errno.EDQUOT, "Disk quota exceeded")], ids=["ENOSPC", "torch", "EDQUOT"])

@@ -76,6 +76,22 @@ def test_seqssm_fit_on_sigterm_says_where_the_run_is_and_how_to_resume(workdir, 
     assert load(workdir / last)["global_step"] == 3
 
 
+def test_a_second_ctrl_c_stops_at_once_with_exit_code_130_and_keeps_last_ckpt(workdir, capsys):
+    # Before: Lightning's "Detected KeyboardInterrupt" and exit code 1, which reads as a failure
+    recipe = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    twice = {"class_path": "tasks.helpers.SignalAt", "init_args": {"step": 2, "signum": int(signal.SIGINT)}}
+    recipe["trainer"]["callbacks"] = [twice, twice]  # the second comes before the step in flight ends
+    (workdir / "twice.yaml").write_text(yaml.safe_dump(recipe))
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", "twice.yaml", "--torch_threads", "1", "--checkpoint.last_every_n_train_steps", "1"])
+    assert info.value.code == 128 + signal.SIGINT
+    last = Path("run") / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert (f"seqssm fit: stopped at once by Ctrl-C (SIGINT), without saving the step in flight; {last} (global step "
+            "2) is intact: resume it with --ckpt_path last") in capsys.readouterr().err
+    assert load(workdir / last)["global_step"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works again in this process
+
+
 def test_last_ckpt_is_refreshed_on_a_clock_by_default(tmp_path, monkeypatch):
     assert TaskCheckpoint().last_every_n_minutes == 10
     clock = {"now": 0.0}
