@@ -103,6 +103,25 @@ WORKING_CAUSAL_CONV1D = {
 }
 
 
+# causal_conv1d >= 1.5's own backward (cpp_functions), as the adapter calls it; the calls are recorded.
+CAUSAL_CONV1D_BACKWARD = {
+    "causal_conv1d/cpp_functions.py": (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "CALLS = []\n"
+        "def causal_conv1d_bwd_function(x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx,\n"
+        "                               return_dinitial_states, silu_activation):\n"
+        "    CALLS.append((seq_idx, initial_states, dfinal_states, dx, return_dinitial_states, silu_activation))\n"
+        "    k, length = weight.shape[1], x.shape[-1]\n"
+        "    # the adjoint as a correlation: dx[s] = sum_j w[j] dy[s + k - 1 - j]\n"
+        "    dx = F.conv1d(F.pad(dout, (0, k - 1)), weight.flip(-1).unsqueeze(1), groups=weight.shape[0])\n"
+        "    xp = F.pad(x, (k - 1, 0))\n"
+        "    dw = torch.stack([(dout * xp[..., j:j + length]).sum((0, 2)) for j in range(k)], 1)\n"
+        "    return dx, dw.float(), dout.sum((0, 2)).float() if bias is not None else None, None\n"
+    ),
+}
+
+
 def _call(last_state_grad=False, dtype=torch.float32):
     u = torch.zeros(1, 2, 3, dtype=dtype)
     A, B = torch.zeros(2, 4), torch.zeros(1, 4, 3, dtype=dtype)
@@ -268,8 +287,11 @@ def _conv_inputs(dtype=torch.float64, device="cpu"):
     return [t.requires_grad_() for t in (x, weight, bias)]
 
 
-def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(packages):
-    packages(WORKING_CAUSAL_CONV1D)
+@pytest.mark.parametrize("own_backward", [False, True], ids=["adjoint", "package backward"])
+def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(packages, own_backward):
+    """The gradient comes from the package's backward where it has one (called once, with no states and no
+    activation), else from the convolution's adjoint."""
+    packages({**WORKING_CAUSAL_CONV1D, **(CAUSAL_CONV1D_BACKWARD if own_backward else {})})
     inputs = _conv_inputs()
     y, state = _causal_conv1d_package(*inputs, return_final_state=True)
     y_ref, state_ref = causal_conv1d_reference(*inputs, return_final_state=True)
@@ -279,15 +301,22 @@ def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(package
     for g, g_ref in zip(torch.autograd.grad((y * weights).sum(), inputs),
                         torch.autograd.grad((y_ref * weights).sum(), inputs)):
         torch.testing.assert_close(g, g_ref)
+    if own_backward:
+        import causal_conv1d.cpp_functions
+
+        assert causal_conv1d.cpp_functions.CALLS == [(None, None, None, None, False, False)]
 
 
-def test_causal_conv1d_op_passes_opcheck(packages):
-    from seqssm.ops.cuda_packages import causal_conv1d_package_op
+@pytest.mark.parametrize("own_backward", [False, True], ids=["adjoint", "package backward"])
+def test_causal_conv1d_op_passes_opcheck(packages, own_backward):
+    from seqssm.ops.cuda_packages import causal_conv1d_backward_op, causal_conv1d_package_op
 
-    packages(WORKING_CAUSAL_CONV1D)
+    packages({**WORKING_CAUSAL_CONV1D, **(CAUSAL_CONV1D_BACKWARD if own_backward else {})})
     x, weight, bias = _conv_inputs()
     for args in ((x, weight, bias), (x.detach().contiguous(), weight, None)):
         torch.library.opcheck(causal_conv1d_package_op, args)
+        plain = tuple(None if t is None else t.detach() for t in args)  # a backward has no gradient of its own
+        torch.library.opcheck(causal_conv1d_backward_op, (*plain, torch.randn_like(plain[0])))
 
 
 def _needs_package(check):
