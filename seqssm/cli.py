@@ -77,7 +77,7 @@ def imported(target: str, extra: str | None = None) -> Callable[[list[str]], obj
 def export(argv: list[str]) -> None:
     """`seqssm export CKPT OUT_DIR [--push-to-hub ORG/NAME]`: write a checkpoint's model as a model folder
     (config.json, model.safetensors, README.md model card), and upload it to the Hugging Face Hub if asked."""
-    from .models.hub import push_to_hub
+    from .models.hub import check_repo_id, push_to_hub
     from .models.loading import export_checkpoint
 
     parser = ArgumentParser(prog="seqssm export", description=export.__doc__)
@@ -90,6 +90,8 @@ def export(argv: list[str]) -> None:
     parser.add_argument("--private", action="store_true", help="create the Hub repository private")
     parser.add_argument("--revision", help="the Hub branch to upload to (default: main)")
     ns = parser.parse_args(argv)
+    if ns.push_to_hub:
+        check_repo_id(ns.push_to_hub, "--push-to-hub")  # before the folder is written
     out = export_checkpoint(ns.ckpt, ns.out_dir, overwrite=ns.overwrite)
     print(f"exported {ns.ckpt} -> {out}/config.json, {out}/model.safetensors, {out}/README.md")
     if ns.push_to_hub:
@@ -122,6 +124,7 @@ def generate(argv: list[str]) -> None:
     import torch
 
     from .data.tokenized import TOKENIZER_FILE, PretrainedTokenizer
+    from .models.formats.files import folder_file
     from .models.loading import build, read_pretrained
     from .models.sequence_model import check_max_new_tokens, check_temperature, check_top_k
 
@@ -147,7 +150,7 @@ def generate(argv: list[str]) -> None:
         raise UsageError(str(e)) from e
     pretrained = read_pretrained(ns.path, "PATH", revision=ns.revision)
     folder = pretrained.path if pretrained.path.is_dir() else None
-    tokenizer = PretrainedTokenizer(folder) if folder and (folder / TOKENIZER_FILE).is_file() else None
+    tokenizer = PretrainedTokenizer(folder) if folder and folder_file(folder, TOKENIZER_FILE).is_file() else None
     ids = tokenizer.encode(ns.prompt).tolist() if tokenizer else prompt_ids(ns.prompt, TOKENIZER_FILE)
     if not ids:
         raise UsageError("--prompt encodes to no tokens: give at least one")

@@ -2,8 +2,10 @@
 
 `save_pretrained(model, dir)` writes config.json + model.safetensors (or, with format="hf", the files transformers'
 MambaForCausalLM loads: `seqssm.models.formats`) and a model card README.md with the Hub's metadata block. It
-refuses a non-empty `dir` unless `overwrite=True`; even then it refuses a folder holding files that no model
-folder holds (a user's notes, say: they are named, nothing is touched). Everything is written into a staging
+refuses a non-empty `dir` unless `overwrite=True`; even then it replaces only a model folder (config.json naming a
+seqssm, Hugging Face or mamba_ssm model, weights beside it, and no file that no model folder holds): a user's notes,
+README.md or own config.json are named, and nothing is touched. The weights file is readable as the umask allows,
+like the other files. Everything is written into a staging
 folder beside `dir`, which takes its place only once complete (a failure leaves `dir` as it was, and no old model
 file stays beside the new). Loading is `seqssm.models.reading` (`seqssm.models.loading` binds it to SequenceModel).
 Nothing here unpickles anything.
@@ -28,14 +30,14 @@ from seqssm.models import formats
 from seqssm.models.formats.files import CARD_FILE, CONFIG_FILE, MODEL_FILE_PATTERNS
 from seqssm.models.formats.seqssm import FORMAT_VERSION, NAME as FORMAT
 
-__all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "OutputExistsError", "check_target", "model_card",
+__all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "OutputExistsError", "check_repo_id", "check_target", "model_card",
            "provenance_record", "push_to_hub", "save_pretrained", "staged_folder", "write_pretrained"]
 
 
 def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
     """`out_dir` as a Path if a model folder may be written there: it is new or empty, or `overwrite` is set and
-    it holds model-folder files only (config.json, weights, tokenizer files, README.md; no sub-folders, not the
-    working directory or one above it)."""
+    it is a model folder (`formats.not_a_model_folder`) holding model-folder files only (config.json, weights,
+    tokenizer files, README.md; no sub-folders, not the working directory or one above it)."""
     out_dir = Path(out_dir)
     if not out_dir.exists():
         return out_dir
@@ -55,6 +57,11 @@ def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:
     if foreign:
         raise OutputExistsError(f"refusing to replace {out_dir}: it holds {', '.join(foreign)}, which no model folder "
                                 "holds; nothing was written. Move them away or choose another folder.")
+    why = formats.not_a_model_folder(out_dir)
+    if why:
+        raise OutputExistsError(f"refusing to replace {out_dir}: it holds {', '.join(content)} but {why}, so it is "
+                                "no model folder (those may be your own files); nothing was written. Move them away "
+                                "or choose another folder.")
     return out_dir
 
 
@@ -158,6 +165,7 @@ def push_to_hub(folder: str | Path, repo_id: str, private: bool | None = None, r
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
+    check_repo_id(repo_id)
     api = HfApi(token=token, library_name="seqssm")
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
@@ -170,6 +178,21 @@ def push_to_hub(folder: str | Path, repo_id: str, private: bool | None = None, r
         raise UploadError(f"{repo_id}: the upload failed ({type(e).__name__}: {detail}); {folder} is intact: "
                           "check `hf auth whoami` and the network, then push again") from None
     return str(info)
+
+
+def check_repo_id(repo_id: str, what: str = "repo_id") -> str:
+    """`repo_id` if it is a valid Hub repository id (ORG/NAME), else UploadError naming it and why (`what`: the
+    argument that gave it); checked before anything is written or sent."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        reason = str(e).split(" Use `repo_type`")[0].rstrip(".")  # that advice is for datasets and spaces
+        raise UploadError(f"{what} {repo_id!r} is not a Hub repository id ({reason}); give ORG/NAME, such as "
+                          "my-org/my-model") from None
+    return repo_id
 
 
 def provenance_record(operation: str, **parents: tuple[str | Path | None, dict | None]) -> dict:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from seqssm.models import reading
+from seqssm.errors import CheckpointError
+from seqssm.models import formats, reading
 from seqssm.models.formats.files import MODEL_FILE_PATTERNS, read_safetensors
 from seqssm.models.hub import check_target, save_pretrained
 from seqssm.models.reading import (
@@ -79,6 +80,10 @@ def export_checkpoint(ckpt_path: str | Path, out_dir: str | Path, overwrite: boo
     """Write the network of task checkpoint `ckpt_path` as a model folder `out_dir` (config.json,
     model.safetensors, and a README.md model card with what the checkpoint knows: task, metrics, dataset); a
     non-empty `out_dir` is refused unless `overwrite` (and then only a model folder is replaced)."""
+    if Path(ckpt_path).is_dir() and formats.not_a_model_folder(ckpt_path) is None:
+        raise CheckpointError(f"checkpoint: {ckpt_path} is a model folder already, not a task checkpoint of `seqssm "
+                              f"fit`: load it as it is, or rewrite it with `seqssm convert {ckpt_path} {out_dir} --to "
+                              "seqssm` (or --to hf)")
     check_target(out_dir, overwrite)  # before reading a possibly large checkpoint
     ckpt = read_checkpoint(ckpt_path)
     model = build(read_task_checkpoint(Path(ckpt_path), "checkpoint", ckpt))

@@ -65,7 +65,7 @@ def read_checkpoint(path: str | Path, what: str = "checkpoint") -> dict:
     that gave `path` in the errors."""
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"{what}: no checkpoint file or exported folder at {path}")
+        raise MissingFileError(f"{what}: no checkpoint file at {path}{' (a folder)' if path.is_dir() else ''}")
     ckpt = load_torch_file(path)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{what}: {path} holds a {type(ckpt).__name__}, not a checkpoint dict "
@@ -82,6 +82,24 @@ def checkpoint_state_dict(ckpt: dict, path: str | Path, what: str = "checkpoint"
     if any(k.startswith(TASK_MODEL_PREFIX) for k in state):
         state = {k[len(TASK_MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(TASK_MODEL_PREFIX)}
     return state
+
+
+def weights_mismatch(model: dict, weights: dict, shown: int = 3) -> str | None:
+    """What keeps `weights` (a state dict, or names -> shapes) from loading strictly into a module whose state dict
+    is `model`, in one line: the tensors of another shape, those missing from the file, those the module lacks
+    (`shown` of each named); None when they fit."""
+    differ = [f"{k} is {shape_of(v)} in the file, {shape_of(model[k])} in the model" for k, v in weights.items()
+              if k in model and shape_of(v) != shape_of(model[k])]
+    parts = [f"{what} ({len(keys)}): {sep.join(keys[:shown])}{' ...' if len(keys) > shown else ''}"
+             for what, keys, sep in (("tensors of another shape", differ, "; "),
+                                     ("missing from the file", [k for k in model if k not in weights], ", "),
+                                     ("not in the model", [k for k in weights if k not in model], ", ")) if keys]
+    return "; ".join(parts) or None
+
+
+def shape_of(value) -> list[int]:
+    """The shape of a tensor, or of a shape given as such, as a list."""
+    return list(getattr(value, "shape", value))
 
 
 def legacy_model_config(ckpt: dict, path: str | Path) -> SequenceModelConfig:

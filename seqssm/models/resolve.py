@@ -5,7 +5,9 @@ Face Hub repository (`ORG/NAME`, optionally `ORG/NAME@REVISION`) fetched once in
 A local path of that name always wins. Only the files the caller names are fetched (a model's:
 `seqssm.models.formats.files.MODEL_FILE_PATTERNS`). Offline (`HF_HUB_OFFLINE=1`) or with the Hub unreachable,
 huggingface_hub serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
-stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read.
+stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read. A
+snapshot served without a file the model needs (an entry whose blob is gone, or a file never fetched) is named
+"only partly in the cache", with the command that fetches it again (`partly_cached`).
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def fetch(repo: str, patterns: Sequence[str], revision: str | None = None, cache
     fetch_it = (f"fetch it on a machine with access (`hf download {repo} --revision {rev}`, then copy "
                 f"{cache / ('models--' + repo.replace('/', '--'))}) or run this once online")
     try:
-        return Path(snapshot_download(repo, revision=rev, cache_dir=cache_dir, allow_patterns=list(patterns),
-                                      library_name="seqssm", library_version=__version__))
+        snapshot = Path(snapshot_download(repo, revision=rev, cache_dir=cache_dir, allow_patterns=list(patterns),
+                                          library_name="seqssm", library_version=__version__))
     except RevisionNotFoundError:
         raise MissingFileError(f"{where} does not exist: the Hub has no such branch, tag or commit") from None
     except RepositoryNotFoundError:
@@ -85,3 +87,23 @@ def fetch(repo: str, patterns: Sequence[str], revision: str | None = None, cache
         detail = " ".join(str(e).split())[:300]
         raise DownloadError(f"{where} could not be fetched ({type(e).__name__}: {detail}); nothing half-written is "
                             f"used: run it again, or {fetch_it}") from None
+    # offline, huggingface_hub serves a snapshot as it is, also when a blob it links to was deleted
+    broken = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_symlink() and not p.exists())
+    if broken:
+        raise MissingFileError(f"{what}: {partly_cached(snapshot, f'{broken[0]} links to a blob that is missing')}")
+    return snapshot
+
+
+def partly_cached(folder: Path, missing: str) -> str | None:
+    """What to say when `folder`, a model snapshot in a Hugging Face cache (<cache>/models--ORG--NAME/snapshots/
+    <commit>), lacks a file (`missing` says which): the model is only partly in the cache, and the command that
+    fetches it again; None when `folder` is no such snapshot."""
+    repo_dir = Path(folder).parent.parent
+    if Path(folder).parent.name != "snapshots" or not repo_dir.name.startswith("models--"):
+        return None
+    repo, commit = repo_dir.name.removeprefix("models--").replace("--", "/"), Path(folder).name
+    unfinished = sorted(p.name for p in (repo_dir / "blobs").glob("*.incomplete"))
+    interrupted = f"; blobs/{unfinished[0]} is an interrupted download" if unfinished else ""
+    return (f"the Hub model {repo} at commit {commit} is only partly in the Hugging Face cache {repo_dir.parent} "
+            f"({missing}{interrupted}): fetch it again with `hf download {repo} --revision {commit}` where the Hub "
+            f"can be reached (without HF_HUB_OFFLINE), or copy a complete {repo_dir} from a machine that has it")

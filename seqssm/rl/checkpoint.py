@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from seqssm.errors import CheckpointError, ConfigError
+from seqssm.models.reading import weights_mismatch
 from seqssm.models.safe_load import load_torch_file
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.config import RunConfig
@@ -101,6 +102,7 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, RunConfig, dict[str, A
     """(the agent with its trained weights, in eval mode; the run's config; the checkpoint dict) from a file of
     `save_checkpoint` or of an earlier format."""
     ckpt = read_checkpoint(path)
+    agent = None
     try:
         config = RunConfig.from_dict(ckpt["config"])
         probe = make_env(config.env)
@@ -109,6 +111,10 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, RunConfig, dict[str, A
         probe.close()
         agent.load_state_dict(ckpt["state_dict"])
     except (ConfigError, ValueError, TypeError, KeyError, RuntimeError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"{path}: its agent cannot be rebuilt from the config it stores ({reason})") from e
+        # once the agent is built, the weights did not fit it; torch names the tensors on lines after its first
+        mismatch = agent is not None and isinstance(ckpt.get("state_dict"), dict) and weights_mismatch(
+            agent.state_dict(), ckpt["state_dict"])
+        reason = mismatch or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise CheckpointError(f"{path}: its agent cannot be rebuilt from the config it stores ({reason}); give an "
+                              "agent file as `seqssm rl` wrote it (best.pt, last.pt), or train it again") from e
     return agent.eval(), config, ckpt

@@ -33,7 +33,9 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
-from seqssm.errors import TrainingInterrupted
+from seqssm.errors import CheckpointError, TrainingInterrupted
+from seqssm.models.reading import weights_mismatch
+from seqssm.models.safe_load import load_torch_file
 
 from .base import SequenceTask
 from .files import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
@@ -266,3 +268,27 @@ def relocate(state: dict[str, Any], old_dir: str, new_dir: str) -> dict[str, Any
     if best and not os.path.exists(best):
         rank_zero_warn(f"resumed a moved run whose best checkpoint {os.path.basename(best)} is not in {new_dir}")
     return moved
+
+
+def task_checkpoint_shapes(path: str | Path) -> dict[str, torch.Size]:
+    """The shapes of the weights in `path`, a checkpoint that `seqssm fit` wrote, given as --ckpt_path (its tensors
+    mapped, not read); any other file (an RL agent, bare weights) raises CheckpointError saying what to give."""
+    ckpt = load_torch_file(path, mmap=True)
+    if not (isinstance(ckpt, dict) and "pytorch-lightning_version" in ckpt and isinstance(ckpt.get("state_dict"), dict)):
+        kind = ckpt.get("format") if isinstance(ckpt, dict) else None
+        what = f"its format is {kind!r}" if kind else "it has no entry 'pytorch-lightning_version'"
+        raise CheckpointError(f"--ckpt_path {path}: not a checkpoint of `seqssm fit` ({what}): give a .ckpt that "
+                              "`seqssm fit` wrote into a run's checkpoints/ folder (an RL agent is played with "
+                              "`seqssm rl-eval`; weights alone start a run with --model.init_args.init_from)")
+    return {key: value.shape for key, value in ckpt["state_dict"].items() if isinstance(value, torch.Tensor)}
+
+
+def check_checkpoint_fits(task: L.LightningModule, shapes: dict[str, torch.Size], path: str | Path) -> None:
+    """Refuse, naming the tensors that differ, a checkpoint whose weights (`shapes`) do not fit `task`, before
+    the run writes anything: Lightning's own refusal comes after the run folder exists, as a long traceback."""
+    mismatch = weights_mismatch(task.state_dict(), shapes)
+    if mismatch:
+        raise CheckpointError(f"--ckpt_path {path}: its weights do not fit the model this config builds ({mismatch}). "
+                              "Use the config of the run that wrote it (config.yaml in its version folder), or start "
+                              f"a run from its weights with --model.init_args.init_from {path} (init_strict: false "
+                              "takes what fits)")

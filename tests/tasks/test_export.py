@@ -45,9 +45,7 @@ def test_export_refuses_a_non_empty_folder_and_writes_nothing(tmp_path, checkpoi
 
 def test_export_overwrite_replaces_a_model_folder_and_never_a_users_files(tmp_path, checkpoint, capsys):
     ckpt, model = checkpoint
-    out = tmp_path / "my-model"
-    out.mkdir()
-    (out / "config.json").write_text("{}")
+    out = save_pretrained(build("mamba-s6", vocab_size=12, d_model=8, n_layers=1), tmp_path / "my-model")
     (out / "tokenizer.json").write_text("{}")  # from an earlier model: a stale file goes with it
     (out / "notes.txt").write_text("the user's own notes")
     before = folder_state(out)
@@ -66,14 +64,13 @@ def test_export_overwrite_replaces_a_model_folder_and_never_a_users_files(tmp_pa
 
 def test_convert_overwrite_leaves_no_stale_tokenizer(tmp_path, capsys):
     src = save_pretrained(build("mamba-s6", vocab_size=32, d_model=8, n_layers=1), tmp_path / "src")
-    dst = tmp_path / "dst"
-    dst.mkdir()
-    (dst / "config.json").write_text("{}")
+    dst = save_pretrained(build("mamba-s6", vocab_size=32, d_model=8, n_layers=1), tmp_path / "dst")
     (dst / "tokenizer.json").write_text("{}")  # from an earlier conversion of another model
     before = folder_state(dst)
     with pytest.raises(SystemExit):
         main(["convert", str(src), str(dst), "--to", "hf"])
-    assert "is not empty (config.json, tokenizer.json); nothing was written" in capsys.readouterr().err
+    assert "is not empty (README.md, config.json, model.safetensors, tokenizer.json); nothing was written" in \
+        capsys.readouterr().err
     assert folder_state(dst) == before
 
     main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"])
@@ -83,13 +80,12 @@ def test_convert_overwrite_leaves_no_stale_tokenizer(tmp_path, capsys):
 
 def test_convert_validates_before_writing(tmp_path, capsys):
     src = save_pretrained(build("mamba-s4d", vocab_size=32, d_model=8, n_layers=1), tmp_path / "s4d")
-    dst = tmp_path / "dst"
-    dst.mkdir()
-    (dst / "config.json").write_text("{}")
+    dst = save_pretrained(build("mamba-s6", vocab_size=32, d_model=8, n_layers=1), tmp_path / "dst")
+    before = folder_state(dst)
     with pytest.raises(SystemExit):
         main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"])  # Hugging Face Mamba holds no S4D
     assert "S6 cores only" in capsys.readouterr().err
-    assert folder_state(dst) == {"config.json": b"{}"}
+    assert folder_state(dst) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "s4d"]
 
 

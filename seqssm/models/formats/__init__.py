@@ -16,7 +16,7 @@ from types import ModuleType
 
 from seqssm.errors import PretrainedFormatError
 from seqssm.models.formats import hf, mamba_ssm, seqssm
-from seqssm.models.formats.files import CONFIG_FILE, read_json
+from seqssm.models.formats.files import CONFIG_FILE, WEIGHTS_FILES, folder_file, read_json
 
 # in the order they are tried: seqssm's marker first, then transformers' model_type, then mamba_ssm's keys
 ADAPTERS: dict[str, ModuleType] = {m.NAME: m for m in (seqssm, hf, mamba_ssm)}
@@ -26,7 +26,7 @@ WRITABLE = ("seqssm", "hf")
 
 def detect(folder: str | Path) -> tuple[ModuleType, dict, Path]:
     """(adapter, config.json dict, its path) of a model folder."""
-    path = Path(folder) / CONFIG_FILE
+    path = folder_file(Path(folder), CONFIG_FILE)
     raw = read_json(path)
     for adapter in ADAPTERS.values():
         if adapter.detect(raw, path):
@@ -40,3 +40,21 @@ def writer(format: str) -> ModuleType:
     if format not in WRITABLE:
         raise ValueError(f"unknown format {format!r}; choose one of {WRITABLE}")
     return ADAPTERS[format]
+
+
+def not_a_model_folder(folder: str | Path) -> str | None:
+    """Why the existing folder `folder` is no model folder ("no config.json", "its config.json names no ... model",
+    "no weights ..."), or None when it is one: only a model folder may be replaced."""
+    folder = Path(folder)
+    if not (folder / CONFIG_FILE).is_file():
+        return f"no {CONFIG_FILE}"
+    try:
+        raw = read_json(folder / CONFIG_FILE)
+    except PretrainedFormatError:
+        return f"its {CONFIG_FILE} is no JSON object"
+    # the keys each adapter detects by; a Hugging Face config of any model type is a model folder
+    if not (seqssm.detect(raw, folder) or "model_type" in raw or mamba_ssm.detect(raw, folder)):
+        return f"its {CONFIG_FILE} names no seqssm, Hugging Face or mamba_ssm model"
+    if not any((folder / name).is_file() for name in WEIGHTS_FILES):
+        return f"no weights ({', '.join(WEIGHTS_FILES)})"
+    return None

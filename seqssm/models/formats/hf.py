@@ -12,7 +12,7 @@ from torch import nn
 
 from seqssm.blocks.config import MambaBlockConfig
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.formats.files import CONFIG_FILE, SAFETENSORS_FILE
+from seqssm.models.formats.files import CONFIG_FILE, SAFETENSORS_FILE, write_safetensors
 from seqssm.models.formats.mamba_lm import external_keys, integer, lm_config, map_lm_state_dict, refuse
 
 NAME = "hf"
@@ -105,8 +105,6 @@ def check_writable(config: SequenceModelConfig) -> None:
 
 def write(model: nn.Module, folder: Path) -> None:
     """Write `model` into `folder` as files that transformers.MambaForCausalLM.from_pretrained loads."""
-    from safetensors.torch import save_file
-
     config = hf_config(model.config)
     own = model.state_dict()
     names = external_keys(own, TOP_KEYS)
@@ -115,4 +113,4 @@ def write(model: nn.Module, folder: Path) -> None:
     tensors = {names[k]: v.detach().cpu().contiguous().clone() for k, v in own.items()
                if not (k == "head.weight" and model.config.tie_embeddings)}  # transformers re-ties the head
     (Path(folder) / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file(tensors, str(Path(folder) / SAFETENSORS_FILE), metadata={"format": "pt"})  # transformers checks "pt"
+    write_safetensors(tensors, Path(folder) / SAFETENSORS_FILE, {"format": "pt"})  # transformers checks "pt"

@@ -15,7 +15,7 @@ from torch import nn
 
 from seqssm.errors import PretrainedFormatError
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.formats.files import CONFIG_FILE, SAFETENSORS_FILE, take_tensors
+from seqssm.models.formats.files import CONFIG_FILE, SAFETENSORS_FILE, take_tensors, write_safetensors
 
 NAME = "seqssm"
 # 1: the model config as one flat dict; 2: nested (block, SSP), `SequenceModelConfig.to_dict`. Both are read.
@@ -70,8 +70,6 @@ def check_writable(config: SequenceModelConfig) -> None:
 
 def write(model: nn.Module, folder: Path) -> None:
     """Write config.json and model.safetensors of `model` into `folder`."""
-    from safetensors.torch import save_file
-
     from seqssm import __version__
 
     meta = {"format": NAME, "format_version": FORMAT_VERSION, "seqssm_version": __version__,
@@ -81,4 +79,4 @@ def write(model: nn.Module, folder: Path) -> None:
     (Path(folder) / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     # safetensors refuses shared or non-contiguous storage; clone so tied weights save as plain copies
     state = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(Path(folder) / SAFETENSORS_FILE), metadata={"format": NAME})
+    write_safetensors(state, Path(folder) / SAFETENSORS_FILE, {"format": NAME})

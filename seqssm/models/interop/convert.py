@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from seqssm.models.config import SequenceModelConfig
-from seqssm.models.formats.files import TOKENIZER_FILES
+from seqssm.models.formats.files import TOKENIZER_FILES, folder_file
 from seqssm.models.hub import check_target, check_writable, staged_folder, write_pretrained
 
 # SequenceModel settings that depend on the task (head, pooling, inputs) rather than the pretrained network
@@ -21,11 +21,13 @@ def architecture_overrides(config: SequenceModelConfig) -> dict:
 
 
 def copy_tokenizer(src: str | Path, dst: str | Path) -> list[str]:
-    """Copy the tokenizer files of folder `src` into `dst`; returns the names copied."""
+    """Copy the tokenizer files of folder `src` (its own files only: `folder_file`) into `dst`; returns the names
+    copied."""
     copied = []
-    for name in TOKENIZER_FILES:
-        if Path(src).is_dir() and (Path(src) / name).is_file():
-            shutil.copyfile(Path(src) / name, Path(dst) / name)
+    for name in TOKENIZER_FILES if Path(src).is_dir() else ():
+        path = folder_file(Path(src), name)
+        if path.is_file():
+            shutil.copyfile(path, Path(dst) / name)
             copied.append(name)
     return copied
 
