@@ -133,6 +133,11 @@ def bad_inputs(workdir):
     torch.save({"state_dict": {}, "x": Payload()}, workdir / "unsafe.ckpt")
     torch.save({"format": "seqssm-rl", "version": 2, "config": {"algorithm": "dqn"}, "state_dict": {}},
                workdir / "dqn.pt")
+    # weights that fit neither the agent its config describes nor the tiny recipe's model
+    torch.save({"format": "seqssm-rl", "version": 2, "config": {"algorithm": "ppo"},
+                "state_dict": {"encoder.0.weight": torch.zeros(3, 10), "extra": torch.zeros(1)}}, workdir / "unfit.pt")
+    torch.save({"pytorch-lightning_version": "2.6.6", "state_dict": {"model.head.weight": torch.zeros(5, 16)}},
+               workdir / "other-model.ckpt")
     return workdir
 
 
@@ -143,6 +148,8 @@ CASES = [  # (command line, words of the one error line)
     (["export", "garbage.ckpt", "out"], "garbage.ckpt: unreadable: truncated, or not a file that torch.save wrote"),
     (["export", "unsafe.ckpt", "out"], "unsafe.ckpt: refused: it holds Python objects beyond tensors"),
     (["export", "garbage.ckpt", "out", "--ovewrite"], "unknown option '--ovewrite'; did you mean '--overwrite'?"),
+    (["export", "garbage.ckpt", "out", "--push-to-hub", "not/a/valid/id"],
+     "--push-to-hub 'not/a/valid/id' is not a Hub repository id (Repo id must be in the form"),
     (["convert", "nothere", "out", "--to", "hf"], "SRC: nothere: no such file or folder (nor a Hub id"),
     (["convert", "garbage-model", "out", "--to", "hf"], "garbage-model/config.json: not valid JSON"),
     (["convert", "garbage-model", "out", "--to", "onnx"], "argument --to: invalid choice: 'onnx'"),
@@ -168,6 +175,9 @@ CASES = [  # (command line, words of the one error line)
     (["rl-eval", "nothere.pt"], "nothere.pt: no such file"),
     (["rl-eval", "garbage.ckpt"], "garbage.ckpt: unreadable"),
     (["rl-eval", "dqn.pt"], "an agent of the algorithm 'dqn', which this seqssm cannot play; it plays ppo, sac"),
+    (["rl-eval", "unfit.pt"], "unfit.pt: its agent cannot be rebuilt from the config it stores (tensors of another "
+                              "shape (1): encoder.0.weight is [3, 10] in the file, [128, 10] in the model; missing "
+                              "from the file (47): encoder.0.bias,"),
     (["rl-eval", "garbage.ckpt", "--episods", "3"], "unknown option '--episods'; did you mean '--episodes'?"),
     (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "nothere"], "nothere/rope/claim.yaml not found"),
     (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "garbage-recipes"],
@@ -181,6 +191,11 @@ CASES = [  # (command line, words of the one error line)
     (["fit", "--config", "tiny.yaml", "--ckpt_path", "nothere.ckpt"], "--ckpt_path nothere.ckpt: no such checkpoint"),
     (["fit", "--config", "tiny.yaml", "--ckpt_path", "garbage.ckpt"], "garbage.ckpt: unreadable: truncated"),
     (["test", "--config", "tiny.yaml", "--ckpt_path", "unsafe.ckpt"], "unsafe.ckpt: refused: it holds Python objects"),
+    (["fit", "--config", "tiny.yaml", "--ckpt_path", "dqn.pt"],
+     "--ckpt_path dqn.pt: not a checkpoint of `seqssm fit` (its format is 'seqssm-rl'): give a .ckpt"),
+    (["fit", "--config", "tiny.yaml", "--ckpt_path", "other-model.ckpt"],
+     "--ckpt_path other-model.ckpt: its weights do not fit the model this config builds (tensors of another shape (1): "
+     "model.head.weight is [5, 16] in the file, [2, 16] in the model; missing from the file"),
 ]
 
 

@@ -1,6 +1,7 @@
 """Bad input to SequenceModel's forward, scan and step (issue 19): token ids and numeric inputs of the wrong
 dtype, shape or range are refused naming what was expected; empty in, empty out where an empty output exists."""
 
+import os
 import re
 
 import pytest
@@ -157,28 +158,199 @@ def test_generate_names_a_missing_folder_or_hub_id_not_its_tokenizer(tmp_path, c
     assert "tokenizer" not in err
 
 
+def task_checkpoint(path):
+    """A task checkpoint of the tiny language model, as `seqssm fit` stores the parts that export reads."""
+    model = build("mamba-s6", vocab_size=VOCAB, **TINY)
+    torch.save({"seqssm_model_config": model.config.to_dict(),
+                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
+    return path
+
+
+def users_folder(tmp_path, content: str):
+    """A folder --overwrite must not replace: a model folder with the user's notes, or the user's own files."""
+    if content == "notes":  # a model folder, replaceable, but for the user's notes
+        out = seqssm_folder(tmp_path, "out")
+        (out / "notes.txt").write_text("mine")
+        return out
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("# my project")
+    if content == "own config":
+        (out / "config.json").write_text('{"learning_rate": 0.1}')
+        (out / "tokenizer_config.json").write_text("{}")
+    if content == "no weights":  # a model's config.json, but its weights are gone: nothing to replace
+        (seqssm_folder(tmp_path, "m") / "config.json").rename(out / "config.json")
+    return out
+
+
+OVERWRITE_REFUSALS = {  # what the folder holds -> the words of the refusal
+    "notes": r"it holds notes\.txt, which no model folder holds; nothing was written",
+    "readme only": r"it holds README\.md but no config\.json, so it is no model folder \(those may be your own files\); "
+                   r"nothing was written",
+    "own config": r"it holds README\.md, config\.json, tokenizer_config\.json but its config\.json names no seqssm, "
+                  r"Hugging Face or mamba_ssm model, so it is no model folder",
+    "no weights": r"it holds README\.md, config\.json but no weights \(model\.safetensors\.index\.json, "
+                  r"model\.safetensors, pytorch_model\.bin\), so it is no model folder",
+}
+
+
+@pytest.mark.parametrize("content", OVERWRITE_REFUSALS)
 @pytest.mark.parametrize("how", ["save_pretrained", "convert", "export"])
-def test_overwrite_never_deletes_a_users_files(tmp_path, capsys, how):
+def test_overwrite_never_deletes_a_users_files(tmp_path, capsys, how, content):
     from seqssm.cli import main
     from seqssm.errors import OutputExistsError
 
     src = seqssm_folder(tmp_path, "src")
-    out = seqssm_folder(tmp_path, "out")  # a model folder, replaceable, but for the user's notes
-    (out / "notes.txt").write_text("mine")
+    out = users_folder(tmp_path, content)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
+    words = rf"refusing to replace {re.escape(str(out))}: {OVERWRITE_REFUSALS[content]}"
     if how == "save_pretrained":
-        with pytest.raises(OutputExistsError, match=r"it holds notes\.txt, which no model folder holds; nothing was"):
+        with pytest.raises(OutputExistsError, match=words):
             build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(out, overwrite=True)
     else:
-        ckpt = tmp_path / "last.ckpt"
-        torch.save({"seqssm_model_config": build("mamba-s6", vocab_size=VOCAB, **TINY).config.to_dict(),
-                    "state_dict": {f"model.{k}": v for k, v in build("mamba-s6", vocab_size=VOCAB, **TINY)
-                                   .state_dict().items()}}, ckpt)
-        argv = ["convert", str(src), str(out), "--to", "seqssm"] if how == "convert" else ["export", str(ckpt), str(out)]
-        with pytest.raises(SystemExit):
+        argv = (["convert", str(src), str(out), "--to", "seqssm"] if how == "convert"
+                else ["export", str(task_checkpoint(tmp_path / "last.ckpt")), str(out)])
+        with pytest.raises(SystemExit) as exit_info:
             main([*argv, "--overwrite"])
-        assert "it holds notes.txt, which no model folder holds; nothing was written" in capsys.readouterr().err
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(lines) == 1 and re.search(words, lines[0]), lines
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(tmp_path.glob(".out.*")), "no staging folder left"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=oct)
+def test_weights_are_as_readable_as_the_other_files_of_the_folder(tmp_path, capsys, umask):
+    from seqssm.cli import main
+
+    old = os.umask(umask)
+    try:
+        build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(tmp_path / "seqssm")
+        build("mamba-s6", vocab_size=VOCAB, **TINY).save_pretrained(tmp_path / "hf", format="hf")
+        main(["export", str(task_checkpoint(tmp_path / "last.ckpt")), str(tmp_path / "export")])
+        main(["convert", str(tmp_path / "hf"), str(tmp_path / "convert"), "--to", "seqssm"])
+    finally:
+        os.umask(old)
+    for folder in ("seqssm", "hf", "export", "convert"):
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / folder).iterdir()}
+        assert modes == dict.fromkeys(["README.md", "config.json", "model.safetensors"], oct(0o666 & ~umask)), folder
+
+
+def shard(folder, names: tuple[str, ...] = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")):
+    """Split the model.safetensors of `folder` into the shards `names` (relative to the folder, as its index
+    names them) and write model.safetensors.index.json; returns the index's weight_map."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    weight_map = {key: names[i % len(names)] for i, key in enumerate(sorted(tensors))}
+    for name in names:
+        save_file({k: v for k, v in tensors.items() if weight_map[k] == name}, str(folder / name))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return weight_map
+
+
+SHARDS_OUTSIDE = {  # how the index reaches out of the folder -> the words of the refusal
+    "absolute path": r"model\.safetensors\.index\.json: names the file '/.*/elsewhere/b\.safetensors', which is not a "
+                     r"file of .*/m: a model folder reads only its own files",
+    "dot-dot": r"model\.safetensors\.index\.json: names the file '\.\./elsewhere/b\.safetensors', which is not a file",
+    "link out": r"model\.safetensors\.index\.json: b\.safetensors links to .*/elsewhere/b\.safetensors, which is not in "
+                r".*/m: a model folder reads only its own files\. Copy the file into the folder",
+}
+
+
+@pytest.mark.parametrize("how", SHARDS_OUTSIDE)
+def test_a_shard_outside_the_folder_is_refused_before_any_is_opened(tmp_path, capsys, monkeypatch, how):
+    import json
+
+    from seqssm.cli import main
+    from seqssm.models import SequenceModel
+    from seqssm.models.formats import files
+
+    folder = seqssm_folder(tmp_path)
+    assert SequenceModel.from_pretrained(folder) is not None
+    shard(folder, ("a.safetensors", "b.safetensors"))  # a sharded folder loads; now move one shard away
+    (tmp_path / "elsewhere").mkdir()
+    (folder / "b.safetensors").rename(tmp_path / "elsewhere" / "b.safetensors")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    name = {"absolute path": str(tmp_path / "elsewhere" / "b.safetensors"), "dot-dot": "../elsewhere/b.safetensors",
+            "link out": "b.safetensors"}[how]
+    if how == "link out":
+        (folder / "b.safetensors").symlink_to(tmp_path / "elsewhere" / "b.safetensors")
+    index["weight_map"] = {k: name if v == "b.safetensors" else v for k, v in index["weight_map"].items()}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    opened = []
+    monkeypatch.setattr(files, "read_safetensors", opened.append)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", str(folder), str(tmp_path / "out"), "--to", "seqssm"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and re.search(SHARDS_OUTSIDE[how], lines[0]), lines
+    assert opened == [] and not (tmp_path / "out").exists()
+
+
+def safetensors_bytes(header) -> bytes:
+    """A safetensors file whose header is `header` (any JSON value) and 8 bytes of data."""
+    import json
+
+    text = json.dumps(header).encode()
+    return len(text).to_bytes(8, "little") + text + bytes(8)
+
+
+BAD_SAFETENSORS = {  # model.safetensors -> the words of the one error line
+    "a JSON list": (safetensors_bytes([1, 2]), r"not a safetensors file: its header is a JSON list, not an object of "
+                                               r"tensors\. Write or fetch it again\."),
+    "no data_offsets": (safetensors_bytes({"w": {"dtype": "F32", "shape": [2]}}),
+                        r"not a safetensors file: its header gives tensor 'w' no valid 'data_offsets'"),
+    "random bytes": (bytes(range(256)) * 8, r"not a safetensors file \(no JSON header after its first 8 bytes\)"),
+    "five bytes": (b"\x01\x02\x03\x04\x05", r"truncated, or not a safetensors file: 5 bytes, fewer than a safetensors "
+                                          r"header"),
+    "cut in its header": (None, r"truncated inside its safetensors header \(100 bytes, the header alone declares \d+\)"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SAFETENSORS)
+def test_a_file_that_is_no_safetensors_file_says_so_in_one_line(tmp_path, capsys, case):
+    from seqssm.cli import main
+
+    folder = seqssm_folder(tmp_path)
+    data, words = BAD_SAFETENSORS[case]
+    weights = folder / "model.safetensors"
+    weights.write_bytes(data if data is not None else weights.read_bytes()[:100])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", str(folder), str(tmp_path / "out"), "--to", "hf"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1, lines
+    assert re.search(re.escape(str(weights)) + ": " + words, lines[0]), lines
+    assert not (tmp_path / "out").exists()
+
+
+class Payload:
+    """Unpickling this runs os.system: a file that holds it must be refused, never loaded."""
+
+    def __reduce__(self):
+        return os.system, (f"touch {os.environ['PAYLOAD_MARK']}",)
+
+
+def test_a_legacy_format_pickle_is_refused_as_one_never_called_truncated(tmp_path, capsys, monkeypatch):
+    from seqssm.cli import main
+    from seqssm.models.loading import read_weights
+
+    monkeypatch.setenv("PAYLOAD_MARK", str(tmp_path / "payload-ran"))
+    state = {f"model.{k}": v for k, v in build("mamba-s6", vocab_size=VOCAB, **TINY).state_dict().items()}
+    torch.save({"state_dict": state}, tmp_path / "plain.ckpt", _use_new_zipfile_serialization=False)
+    assert read_weights(tmp_path / "plain.ckpt")[0].keys() == {k[len("model."):] for k in state}  # read as before
+    torch.save({"state_dict": state, "x": Payload()}, tmp_path / "evil.ckpt", _use_new_zipfile_serialization=False)
+    (tmp_path / "cut.ckpt").write_bytes((tmp_path / "plain.ckpt").read_bytes()[:60])
+    for name, words in (("evil.ckpt", "refused: it holds Python objects beyond tensors and plain values, and seqssm "
+                                      "never unpickles those"),
+                        ("cut.ckpt", "unreadable, damaged file of torch.save's legacy format (EOFError")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["export", str(tmp_path / name), str(tmp_path / "out")])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"seqssm export: error: {tmp_path / name}: {words}"), lines
+    assert not (tmp_path / "payload-ran").exists() and not (tmp_path / "out").exists()
 
 
 def test_init_strict_false_says_which_tensors_were_skipped_and_which_are_new(caplog):

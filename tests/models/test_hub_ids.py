@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -156,14 +157,10 @@ def test_a_truncated_download_is_never_used(hub, tmp_path):
     assert same_outputs(model, SequenceModel.from_pretrained("org/m"))  # the next run completes it
 
 
-def test_a_cache_laid_out_by_hand_reads_offline(tmp_path, monkeypatch):
-    """The layout huggingface_hub documents: blobs named by digest, refs/main holding the commit, snapshot entries
-    linking to the blobs; checked with huggingface_hub's own cache scanner, then read with HF_HUB_OFFLINE."""
-    from huggingface_hub import constants, scan_cache_dir, try_to_load_from_cache
-
-    model = tiny_lm()
-    src = model_folder(model, "hf", tmp_path / "src")
-    repo, sha = tmp_path / "cache" / "models--org--hand", "0123456789abcdef0123456789abcdef01234567"
+def lay_out_cache(src: Path, cache: Path, repo_id: str = "org/hand") -> Path:
+    """The files of folder `src` as huggingface_hub lays out a fetched repository in `cache`: blobs named by
+    digest, refs/main holding the commit, snapshot entries linking to the blobs; returns the snapshot folder."""
+    repo, sha = cache / f"models--{repo_id.replace('/', '--')}", "0123456789abcdef0123456789abcdef01234567"
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(sha)
     for name, data in folder_files(src).items():
@@ -173,11 +170,83 @@ def test_a_cache_laid_out_by_hand_reads_offline(tmp_path, monkeypatch):
         link = repo / "snapshots" / sha / name
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(Path("../..") / "blobs" / blob.name)
+    return repo / "snapshots" / sha
+
+
+def test_a_cache_laid_out_by_hand_reads_offline(tmp_path, monkeypatch):
+    """The layout huggingface_hub documents, checked with huggingface_hub's own cache scanner, then read with
+    HF_HUB_OFFLINE."""
+    from huggingface_hub import constants, scan_cache_dir, try_to_load_from_cache
+
+    model = tiny_lm()
+    lay_out_cache(model_folder(model, "hf", tmp_path / "src"), tmp_path / "cache")
     (info,) = scan_cache_dir(tmp_path / "cache").repos
     assert info.repo_id == "org/hand" and next(iter(info.revisions)).refs == frozenset({"main"})
     assert try_to_load_from_cache("org/hand", "config.json", cache_dir=tmp_path / "cache") is not None
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert same_outputs(model, SequenceModel.from_pretrained("org/hand", cache_dir=tmp_path / "cache"))
+
+
+def test_a_cached_sharded_model_reads_through_its_links_and_never_outside(tmp_path, monkeypatch):
+    import json
+
+    from huggingface_hub import constants
+
+    from seqssm.errors import PretrainedFormatError
+
+    from .test_bad_input import shard
+
+    model = tiny_lm()
+    src = model_folder(model, "hf", tmp_path / "src")
+    weight_map = shard(src)
+    lay_out_cache(src, tmp_path / "cache")  # each shard a link into blobs/: the snapshot's own files
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert same_outputs(model, SequenceModel.from_pretrained("org/hand", cache_dir=tmp_path / "cache"))
+    # a repository whose index names a file elsewhere on the machine: refused, also when it is a safetensors file
+    elsewhere = tmp_path / "elsewhere.safetensors"
+    model.save_pretrained(tmp_path / "other", format="hf")
+    (tmp_path / "other" / "model.safetensors").rename(elsewhere)
+    index = {"weight_map": dict.fromkeys(weight_map, str(elsewhere))}
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    lay_out_cache(src, tmp_path / "cache", "org/bad")
+    with pytest.raises(PretrainedFormatError, match=rf"model\.safetensors\.index\.json: names the file "
+                                                    rf"'{elsewhere}', which is not a file of .*snapshots"):
+        SequenceModel.from_pretrained("org/bad", cache_dir=tmp_path / "cache")
+
+
+PARTLY_CACHED = {  # how a cache entry was broken -> what the message says is missing
+    "a missing blob": r"model\.safetensors links to a blob that is missing",
+    "an interrupted download": r"no weights: .*; blobs/[0-9a-f]{64}\.incomplete is an interrupted download",
+    "a snapshot without weights": r"no weights: expected model\.safetensors\.index\.json, model\.safetensors, "
+                                  r"pytorch_model\.bin",
+}
+
+
+@pytest.mark.parametrize("broken", PARTLY_CACHED)
+def test_a_model_only_partly_in_the_cache_says_how_to_fetch_it_again(tmp_path, monkeypatch, capsys, broken):
+    from huggingface_hub import constants
+
+    from seqssm.cli import main
+
+    snapshot = lay_out_cache(model_folder(tiny_lm(), "hf", tmp_path / "src"), tmp_path / "cache")
+    blob = (snapshot / "model.safetensors").resolve()
+    if broken == "a missing blob":
+        blob.unlink()
+    else:
+        (snapshot / "model.safetensors").unlink()
+        if broken == "an interrupted download":
+            blob.rename(blob.with_name(blob.name + ".incomplete"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "org/hand", "out", "--to", "seqssm"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1, lines
+    assert re.search(rf"the Hub model org/hand at commit {snapshot.name} is only partly in the Hugging Face cache "
+                     rf"{tmp_path / 'cache'} \({PARTLY_CACHED[broken]}\): fetch it again with `hf download org/hand "
+                     rf"--revision {snapshot.name}`", lines[0]), lines
+    assert not (tmp_path / "out").exists()
 
 
 def test_commands_init_from_and_core_init_from_take_ids(hub, tmp_path, monkeypatch, capsys):

@@ -102,3 +102,30 @@ def test_overwrite_refuses_what_is_not_a_model_folder(tmp_path, monkeypatch):
     with pytest.raises(OutputExistsError, match="working directory"):
         save_pretrained(model, ".", overwrite=True)
     assert (tmp_path / "data" / "x.txt").is_file()
+
+
+def test_export_of_a_model_folder_says_it_is_one_and_how_to_rewrite_it(tmp_path, capsys):
+    folder = save_pretrained(build("mamba-s6", vocab_size=32, d_model=8, n_layers=1), tmp_path / "exported")
+    with pytest.raises(SystemExit) as info:
+        main(["export", str(folder), str(tmp_path / "out")])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"seqssm export: error: checkpoint: {folder} is a model folder already, not a task checkpoint of `seqssm fit`: "
+        f"load it as it is, or rewrite it with `seqssm convert {folder} {tmp_path / 'out'} --to seqssm` (or --to hf)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hub_id_to_push_to_is_checked_before_anything_is_written(tmp_path, checkpoint, capsys):
+    from seqssm.errors import UploadError
+    from seqssm.models.hub import push_to_hub
+
+    ckpt, _ = checkpoint
+    with pytest.raises(SystemExit) as info:
+        main(["export", str(ckpt), str(tmp_path / "out"), "--push-to-hub", "not/a/valid/id"])
+    lines = capsys.readouterr().err.splitlines()
+    assert info.value.code == 2 and len(lines) == 1 and "Traceback" not in lines[0]
+    assert "--push-to-hub 'not/a/valid/id' is not a Hub repository id" in lines[0] and "repo_type" not in lines[0]
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UploadError, match=r"repo_id 'org/a--b' is not a Hub repository id \(Cannot have -- or \.\. in "
+                                          r"repo_id: 'org/a--b'\); give ORG/NAME"):
+        push_to_hub(tmp_path, "org/a--b")  # the library checks too, before it sends anything
