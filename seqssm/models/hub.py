@@ -4,11 +4,10 @@
 MambaForCausalLM loads: `seqssm.models.formats`) and a model card README.md with the Hub's metadata block. It
 refuses a non-empty `dir` unless `overwrite=True`; even then it replaces only a model folder (config.json naming a
 seqssm, Hugging Face or mamba_ssm model, weights beside it, and no file that no model folder holds): a user's notes,
-README.md or own config.json are named, and nothing is touched. The weights file is readable as the umask allows,
-like the other files. Everything is written into a staging
-folder beside `dir`, which takes its place only once complete (a failure leaves `dir` as it was, and no old model
-file stays beside the new). Loading is `seqssm.models.reading` (`seqssm.models.loading` binds it to SequenceModel).
-Nothing here unpickles anything.
+README.md or own config.json are named, and nothing is touched. Everything is written into a staging folder beside
+`dir`, which takes its place only once complete (a failure leaves `dir` as it was, and no old model file stays
+beside the new); the weights are as readable as the umask allows, like the other files. Loading is
+`seqssm.models.reading` (`seqssm.models.loading` binds it to SequenceModel). Nothing here unpickles anything.
 
 A model made by surgery or `init_from` carries a `provenance` dict (its parents' paths and the operation), which
 the seqssm format keeps in config.json.
@@ -30,8 +29,8 @@ from seqssm.models import formats
 from seqssm.models.formats.files import CARD_FILE, CONFIG_FILE, MODEL_FILE_PATTERNS
 from seqssm.models.formats.seqssm import FORMAT_VERSION, NAME as FORMAT
 
-__all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "OutputExistsError", "check_repo_id", "check_target", "model_card",
-           "provenance_record", "push_to_hub", "save_pretrained", "staged_folder", "write_pretrained"]
+__all__ = ["CONFIG_FILE", "FORMAT", "FORMAT_VERSION", "OutputExistsError", "check_repo_id", "check_target",
+           "model_card", "provenance_record", "push_to_hub", "save_pretrained", "staged_folder", "write_pretrained"]
 
 
 def check_target(out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -7,7 +7,7 @@ A local path of that name always wins. Only the files the caller names are fetch
 huggingface_hub serves the cached snapshot, and refuses one that a cut-off download left incomplete; a file it never finished
 stays an `.incomplete` blob, never a snapshot entry, and safetensors files are checked for truncation when read. A
 snapshot served without a file the model needs (an entry whose blob is gone, or a file never fetched) is named
-"only partly in the cache", with the command that fetches it again (`partly_cached`).
+"only partly in the cache", with the command that fetches it again (`missing_from`).
 """
 
 from __future__ import annotations
@@ -90,17 +90,17 @@ def fetch(repo: str, patterns: Sequence[str], revision: str | None = None, cache
     # offline, huggingface_hub serves a snapshot as it is, also when a blob it links to was deleted
     broken = sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_symlink() and not p.exists())
     if broken:
-        raise MissingFileError(f"{what}: {partly_cached(snapshot, f'{broken[0]} links to a blob that is missing')}")
+        raise MissingFileError(f"{what}: {missing_from(snapshot, f'{broken[0]} links to a blob that is missing')}")
     return snapshot
 
 
-def partly_cached(folder: Path, missing: str) -> str | None:
-    """What to say when `folder`, a model snapshot in a Hugging Face cache (<cache>/models--ORG--NAME/snapshots/
-    <commit>), lacks a file (`missing` says which): the model is only partly in the cache, and the command that
-    fetches it again; None when `folder` is no such snapshot."""
+def missing_from(folder: Path, missing: str) -> str:
+    """What to say when `folder` lacks a file (`missing` says which): that alone, or, when `folder` is a model
+    snapshot in a Hugging Face cache (<cache>/models--ORG--NAME/snapshots/<commit>), that the model is only partly
+    in the cache, and the command that fetches it again."""
     repo_dir = Path(folder).parent.parent
     if Path(folder).parent.name != "snapshots" or not repo_dir.name.startswith("models--"):
-        return None
+        return missing
     repo, commit = repo_dir.name.removeprefix("models--").replace("--", "/"), Path(folder).name
     unfinished = sorted(p.name for p in (repo_dir / "blobs").glob("*.incomplete"))
     interrupted = f"; blobs/{unfinished[0]} is an interrupted download" if unfinished else ""

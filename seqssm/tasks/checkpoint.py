@@ -274,8 +274,9 @@ def task_checkpoint_shapes(path: str | Path) -> dict[str, torch.Size]:
     """The shapes of the weights in `path`, a checkpoint that `seqssm fit` wrote, given as --ckpt_path (its tensors
     mapped, not read); any other file (an RL agent, bare weights) raises CheckpointError saying what to give."""
     ckpt = load_torch_file(path, mmap=True)
-    if not (isinstance(ckpt, dict) and "pytorch-lightning_version" in ckpt and isinstance(ckpt.get("state_dict"), dict)):
-        kind = ckpt.get("format") if isinstance(ckpt, dict) else None
+    ckpt = ckpt if isinstance(ckpt, dict) else {}
+    if "pytorch-lightning_version" not in ckpt or not isinstance(ckpt.get("state_dict"), dict):
+        kind = ckpt.get("format")
         what = f"its format is {kind!r}" if kind else "it has no entry 'pytorch-lightning_version'"
         raise CheckpointError(f"--ckpt_path {path}: not a checkpoint of `seqssm fit` ({what}): give a .ckpt that "
                               "`seqssm fit` wrote into a run's checkpoints/ folder (an RL agent is played with "

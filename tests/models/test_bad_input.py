@@ -185,8 +185,8 @@ def users_folder(tmp_path, content: str):
 
 OVERWRITE_REFUSALS = {  # what the folder holds -> the words of the refusal
     "notes": r"it holds notes\.txt, which no model folder holds; nothing was written",
-    "readme only": r"it holds README\.md but no config\.json, so it is no model folder \(those may be your own files\); "
-                   r"nothing was written",
+    "readme only": r"it holds README\.md but no config\.json, so it is no model folder \(those may be your own "
+                   r"files\); nothing was written",
     "own config": r"it holds README\.md, config\.json, tokenizer_config\.json but its config\.json names no seqssm, "
                   r"Hugging Face or mamba_ssm model, so it is no model folder",
     "no weights": r"it holds README\.md, config\.json but no weights \(model\.safetensors\.index\.json, "
@@ -255,8 +255,8 @@ SHARDS_OUTSIDE = {  # how the index reaches out of the folder -> the words of th
     "absolute path": r"model\.safetensors\.index\.json: names the file '/.*/elsewhere/b\.safetensors', which is not a "
                      r"file of .*/m: a model folder reads only its own files",
     "dot-dot": r"model\.safetensors\.index\.json: names the file '\.\./elsewhere/b\.safetensors', which is not a file",
-    "link out": r"model\.safetensors\.index\.json: b\.safetensors links to .*/elsewhere/b\.safetensors, which is not in "
-                r".*/m: a model folder reads only its own files\. Copy the file into the folder",
+    "link out": r"model\.safetensors\.index\.json: b\.safetensors links to .*/elsewhere/b\.safetensors, which is "
+                r"not in .*/m: a model folder reads only its own files\. Copy the file into the folder",
 }
 
 
@@ -305,7 +305,8 @@ BAD_SAFETENSORS = {  # model.safetensors -> the words of the one error line
     "random bytes": (bytes(range(256)) * 8, r"not a safetensors file \(no JSON header after its first 8 bytes\)"),
     "five bytes": (b"\x01\x02\x03\x04\x05", r"truncated, or not a safetensors file: 5 bytes, fewer than a safetensors "
                                           r"header"),
-    "cut in its header": (None, r"truncated inside its safetensors header \(100 bytes, the header alone declares \d+\)"),
+    "cut in its header": (None, r"truncated inside its safetensors header \(100 bytes, the header alone declares "
+                                r"\d+\)"),
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 import torch
 
 from seqssm.errors import CheckpointError, PretrainedFormatError
-from seqssm.models.resolve import partly_cached
+from seqssm.models.resolve import missing_from
 from seqssm.models.safe_load import load_torch_file
 
 CONFIG_FILE = "config.json"
@@ -33,13 +33,14 @@ WEIGHTS_FILES = (SAFETENSORS_INDEX, SAFETENSORS_FILE, TORCH_FILE)  # in the orde
 SAFETENSORS_MAX_HEADER = 100_000_000
 
 
-def folder_file(folder: Path, name, named_in: Path | None = None) -> Path:
+def folder_file(folder: Path, name: object, named_in: Path | None = None) -> Path:
     """`folder / name` when that is a file of `folder`: a relative name without `..`, not reached through a link
     out of the folder (a Hugging Face cache snapshot's links into its repository's blobs/ are its own); else a
     PretrainedFormatError naming `named_in` (the file that gave the name) or the path. Nothing is opened."""
     folder = Path(folder)
     where = named_in or folder / str(name)
-    if not isinstance(name, str) or not name or PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+    parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+    if not parts or parts[0] == "/" or ".." in parts:
         raise PretrainedFormatError(f"{where}: names the file {name!r}, which is not a file of {folder}: a model "
                                     "folder reads only its own files. Name it by its file name inside the folder.")
     path = folder / name
@@ -55,8 +56,7 @@ def folder_file(folder: Path, name, named_in: Path | None = None) -> Path:
 def read_json(path: Path) -> dict:
     """A JSON object from `path`, with errors naming the file."""
     if not path.is_file():
-        missing = f"no {path.name}"
-        raise PretrainedFormatError(f"{path.parent}: {partly_cached(path.parent, missing) or missing}")
+        raise PretrainedFormatError(f"{path.parent}: {missing_from(path.parent, f'no {path.name}')}")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -148,7 +148,7 @@ def read_tensors(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
             if not path.is_file():
                 key = next(k for k, v in weight_map.items() if v == shard)
                 missing = f"shard {shard} (holding {key!r}) is missing from {folder}"
-                raise PretrainedFormatError(f"{index}: {partly_cached(folder, missing) or missing}")
+                raise PretrainedFormatError(f"{index}: {missing_from(folder, missing)}")
             for key, value in read_safetensors(path).items():
                 tensors[key], origin[key] = value, path
         for key, shard in weight_map.items():
@@ -161,7 +161,7 @@ def read_tensors(folder: str | Path) -> tuple[dict[str, torch.Tensor], dict[str,
             tensors = reader(path)
             return tensors, dict.fromkeys(tensors, path)
     missing = f"no weights: expected {', '.join(WEIGHTS_FILES)}"
-    raise PretrainedFormatError(f"{folder}: {partly_cached(folder, missing) or missing}")
+    raise PretrainedFormatError(f"{folder}: {missing_from(folder, missing)}")
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
