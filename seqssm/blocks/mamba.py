@@ -114,18 +114,27 @@ class MambaBlock(SequenceLayer):
         # The norm reads the residual stream in its own dtype (float32 stream, lower-precision weights).
         h = self.norm(x.to(self.norm.weight.dtype))
         if channels_first:
-            # W h^T writes the conv's and the scan's layout, as mamba_ssm's block computes it: in_proj's own
-            # (B, L, 2 d_inner) output would cost the kernels a copy of xi and z, forward and backward.
-            xz = torch.matmul(self.in_proj.weight, h.transpose(1, 2))
-            if self.in_proj.bias is not None:
-                xz = xz + self.in_proj.bias.to(xz.dtype).unsqueeze(-1)
-            xz = xz.transpose(1, 2)
+            xi, z = self._in_proj_channels_first(h)
         else:
             xz = self.in_proj(h)
-        if self.dropout_position == "in_proj":
-            xz = self.dropout(xz)
-        xi, z = xz.chunk(2, dim=-1)
+            if self.dropout_position == "in_proj":
+                xz = self.dropout(xz)
+            xi, z = xz.chunk(2, dim=-1)
         return (self.dropout(xi) if self.dropout_position == "ssp_input" else xi), z
+
+    def _in_proj_channels_first(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h (B, L, d_model) -> xi, z (B, L, d_inner), views of the halves of W h^T (2 d_inner, B L), with the
+        "in_proj" feature dropout."""
+        # As mamba_ssm's block computes it: (d_inner, B L) memory is the layout of every tensor up to out_proj
+        # (time-contiguous, as the conv and scan kernels read it, and a plain matrix to each product), so that
+        # nothing between in_proj and out_proj copies, forward or backward.
+        b, length, _ = h.shape
+        xz = torch.mm(self.in_proj.weight, h.reshape(b * length, -1).t())
+        if self.in_proj.bias is not None:
+            xz = xz + self.in_proj.bias.to(xz.dtype).unsqueeze(-1)
+        if self.dropout_position == "in_proj":
+            xz = self.dropout(xz.view(-1, b, length).permute(1, 2, 0)).permute(2, 0, 1).reshape(-1, b * length)
+        return tuple(half.view(-1, b, length).permute(1, 2, 0) for half in xz.chunk(2, dim=0))
 
     def _channels_first(self, x: torch.Tensor):
         """x (B, L, d_model) -> SSP input, gate z, each (B, d_inner, L): the block's one switch of layout."""

@@ -94,10 +94,24 @@ class S6(ChannelsFirstLayer):
     def _project_channels_first(self, x):
         """x (B, d_model, L) -> Δ before bias (B, d_model, L), contiguous along time as the scan kernels read it,
         B, C (B, d_state, L)."""
+        if x.transpose(0, 1).is_contiguous():
+            return self._project_matrix(x)
         dt, B, C = promoted_call(self.x_proj, x.transpose(1, 2)).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         # W (d_model, R) @ dt (B, R, L) writes Δ channels first, as mamba_ssm's block computes it: the transposed
         # F.linear output would cost the scan a copy, forward and backward.
         return torch.matmul(self.dt_proj.weight.to(dt.dtype), dt.transpose(1, 2)), B.transpose(1, 2), C.transpose(1, 2)
+
+    def _project_matrix(self, x):
+        """`_project_channels_first` of x laid out as a (d_model, B L) matrix (the Mamba block's CUDA layout): each
+        product one matrix product that reads and writes that layout, as mamba_ssm's block computes them; Δ is
+        laid out as x, B and C as (d_state, B L) matrices."""
+        b, _, length = x.shape
+        weight = self.x_proj.weight
+        dtype = torch.promote_types(x.dtype, weight.dtype)  # the layers' dtype rule; autocast decides under it
+        x_dbl = torch.mm(weight.to(dtype), x.transpose(0, 1).reshape(self.d_model, b * length).to(dtype))
+        dt, B, C = x_dbl.split([self.dt_rank, self.d_state, self.d_state], dim=0)
+        delta = torch.mm(self.dt_proj.weight.to(dt.dtype), dt)
+        return tuple(m.view(-1, b, length).transpose(0, 1) for m in (delta, B, C))
 
     def _scan_channels_first(self, x, state, resets, mask):
         """x (B, d_model, L), state (B, d_model, d_state) or None, resets / mask (B, L) -> (y (B, d_model, L),

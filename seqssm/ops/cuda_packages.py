@@ -57,8 +57,9 @@ def mamba_scan_op(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """mamba_ssm's selective-scan forward kernel: the arguments of `selective_scan_fn` -> y (b, dim, L), the last
     state (b, dim, N) float32, and what its backward reads: the chunk states x (b, dim, chunks, 2N) and, with z,
-    the output before the gate (empty without z). y, x and out are contiguous."""
-    u, delta, z = (t if t is None else t.contiguous() for t in (u, delta, z))
+    the output before the gate (empty without z). The kernel allocates y and out as torch.empty_like(delta)
+    (y with z as torch.empty_like(z)): their layouts and dtypes; x is contiguous."""
+    u, delta, z = (_time_contiguous(t) for t in (u, delta, z))
     B, C = (_time_contiguous(M.unsqueeze(1) if M.ndim == 3 else M) for M in (B, C))
     D = None if D is None else D.contiguous()
     out, x, *rest = _kernel("fwd", u, delta, A, B, C, D, z, delta_bias, delta_softplus)
@@ -71,9 +72,12 @@ def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     batch, dim, length = u.shape
     n = A.shape[1]
     chunks = -(-length // MAMBA_CHUNK)
-    y = u.new_empty(u.shape)
+    u, delta, z = (_time_contiguous(t) for t in (u, delta, z))
+    out = torch.empty_like(delta)
     x = u.new_empty(batch, dim, chunks, 2 * n, dtype=A.dtype)
-    return y, u.new_empty(batch, dim, n, dtype=A.dtype), x, u.new_empty(u.shape if z is not None else (0,))
+    if z is None:
+        return out, u.new_empty(batch, dim, n, dtype=A.dtype), x, u.new_empty(0)
+    return torch.empty_like(z), u.new_empty(batch, dim, n, dtype=A.dtype), x, out
 
 
 @torch.library.custom_op("seqssm::mamba_selective_scan_backward", mutates_args=())
@@ -84,7 +88,7 @@ def mamba_scan_backward_op(
     """mamba_ssm's selective-scan backward kernel: the forward's inputs, its x and out, and the gradient of y ->
     gradients of u, delta, A, B, C (B and C as given, 3-D or 4-D), D, z, delta_bias; empty for a None input."""
     squeeze = [M.ndim == 3 for M in (B, C)]
-    u, delta, z, grad_y = (t if t is None else t.contiguous() for t in (u, delta, z, grad_y))
+    u, delta, z, grad_y = (_time_contiguous(t) for t in (u, delta, z, grad_y))
     B, C = (_time_contiguous(M.unsqueeze(1) if M.ndim == 3 else M) for M in (B, C))
     D = None if D is None else D.contiguous()
     du, ddelta, dA, dB, dC, dD, ddelta_bias, *rest = _kernel(
@@ -92,8 +96,10 @@ def mamba_scan_backward_op(
         False)
     dB, dC = (g.squeeze(1) if sq else g for g, sq in zip((dB, dC), squeeze))
     dz = rest[0] if z is not None else None
-    # Contiguous, as the fake implementation says (the kernel lays some out like their inputs).
-    return tuple(u.new_empty(0) if g is None else g.contiguous() for g in (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias))
+    # As the fake implementation says: those of u, delta, z laid out like them (the kernel's torch.empty_like),
+    # the small ones contiguous.
+    return (du, ddelta, *(u.new_empty(0) if g is None else g.contiguous() for g in (dA, dB, dC, dD)),
+            u.new_empty(0) if dz is None else dz, u.new_empty(0) if ddelta_bias is None else ddelta_bias.contiguous())
 
 
 @mamba_scan_backward_op.register_fake
@@ -101,7 +107,9 @@ def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y):
     def like(t):
         return u.new_empty(0) if t is None else t.new_empty(t.shape)
 
-    return like(u), like(delta), like(A), like(B), like(C), like(D), like(z), like(delta_bias)
+    u, delta, z = (_time_contiguous(t) for t in (u, delta, z))
+    return (torch.empty_like(u), torch.empty_like(delta), like(A), like(B), like(C), like(D),
+            u.new_empty(0) if z is None else torch.empty_like(z), like(delta_bias))
 
 
 def _save_scan(ctx, inputs, output):

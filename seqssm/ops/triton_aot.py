@@ -74,12 +74,17 @@ def _selective_call(case: Case) -> None:
             return _leaf(*shape[:-2], shape[-1], shape[-2], dtype=dt, grad=False).transpose(-1, -2)
         return _leaf(*shape, dtype=dt, grad=False)
 
+    def channels(*shape):  # u, Δ, z (b, d, L): (d, b, L) memory in the Mamba block's layout on CUDA
+        if "block_layout" in f:
+            return _leaf(shape[1], shape[0], shape[2], dtype=dt, grad=False).transpose(0, 1)
+        return seq(*shape)
+
     bc = (b, n, length) if groups == 0 else (b, groups, n, length)
     B = _leaf(d, n, dtype=param, grad=False) if "B_invariant" in f else seq(*bc)
     C = _leaf(d, n, dtype=param, grad=False) if "C_invariant" in f else seq(*bc)
     masked = "mask" in f  # S6 with a mask: Δ arrives after softplus, with no bias
-    z = None if "no_z" in f else seq(b, d, length)  # the Mamba block gates outside the scan
-    u, delta, z, B, C = triton_scan.kernel_layout(seq(b, d, length), seq(b, d, length), z, B, C)
+    z = None if "no_z" in f else channels(b, d, length)  # without z, the gate is outside the scan
+    u, delta, z, B, C = triton_scan.kernel_layout(channels(b, d, length), channels(b, d, length), z, B, C)
     A, D = _leaf(d, n, dtype=param, grad=False), _leaf(d, dtype=param, grad=False)
     bias = None if masked else _leaf(d, dtype=param, grad=False)
     h0 = _leaf(b, d, n, dtype=param, grad=False) if "state" in f else None
@@ -87,7 +92,9 @@ def _selective_call(case: Case) -> None:
     y, last, starts = triton_scan.selective_forward(u, delta, A, B, C, D, z, bias, h0, resets, not masked,
                                                     "state" in f, case.grad)
     if case.grad:
-        triton_scan.selective_backward(torch.empty_like(y), torch.empty_like(last) if "state" in f else None, u,
+        # out_proj's backward hands the block's scan a channels-last gradient
+        grad_y = _leaf(b, length, d, dtype=dt, grad=False).transpose(1, 2) if "block_layout" in f else torch.empty_like(y)
+        triton_scan.selective_backward(grad_y, torch.empty_like(last) if "state" in f else None, u,
                                        delta, A, B, C, D, z, bias, resets, starts, not masked, h0 is not None)
 
 
@@ -123,7 +130,8 @@ def cases(tier: str = "quick") -> list[Case]:
     """The calls compiled by `tier`: "quick" (one per kernel variant the layers reach in training) or "full"
     (every dtype, layout and flag combination, the stress shapes included)."""
     quick = [
-        Case("S6 training, bf16", "selective", torch.bfloat16, MAMBA_130M),
+        Case("S6 training in the Mamba block, bf16", "selective", torch.bfloat16, MAMBA_130M,
+             frozenset({"block_layout"})),
         Case("S6 scan with state and resets (RL update)", "selective", torch.float32, MAMBA_130M,
              frozenset({"state", "resets", "channels_last"})),
         Case("S6 N=64", "selective", torch.float32, WIDE_STATE),
@@ -157,7 +165,7 @@ def cases(tier: str = "quick") -> list[Case]:
 def bench_cases() -> list[Case]:
     """The Triton calls of the CUDA benchmarks (scripts/bench_scan.py, scripts/bench_models.py), compiled into a
     cache ahead of a short GPU session: bfloat16 S6 at the thesis's and mamba-130m's widths with and without
-    resets, the block's scan without z, and the S5 PPO update."""
+    resets, the Mamba block's scan in its layout (bench_models.py), and the S5 PPO update."""
     out = []
     shapes = [dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)]
     shapes += [MAMBA_130M, dict(batch=2, dim=1536, N=16, L=8192)]
@@ -165,8 +173,7 @@ def bench_cases() -> list[Case]:
         for flags in (frozenset(), frozenset({"resets"})):
             out.append(Case(f"bench S6 {shape['batch']}x{shape['dim']}x{shape['L']} {'+'.join(flags) or 'plain'}",
                             "selective", torch.bfloat16, shape, flags))
-    out.append(Case("bench S6 Mamba block (gate outside)", "selective", torch.bfloat16, MAMBA_130M,
-                    frozenset({"no_z"})))
+    out.append(Case("bench S6 Mamba block", "selective", torch.bfloat16, MAMBA_130M, frozenset({"block_layout"})))
     for flags in (frozenset({"broadcast", "state"}), frozenset({"broadcast", "state", "resets"})):
         out.append(Case(f"bench S5 PPO {'+'.join(sorted(flags))}", "linear", torch.complex64, S5_PPO, flags))
     return out

@@ -352,10 +352,10 @@ def _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST: tl.c
 
 
 @triton.jit
-def _scan_grad(gy_ptr, out_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z: tl.constexpr,
+def _scan_grad(gy_ptr, gy_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z: tl.constexpr,
                FAST: tl.constexpr, ACC: tl.constexpr):
     # The gradient of the scan's output y (before the gate) on the chunk's tile: dL/d(output) silu(z).
-    gy = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
+    gy = tl.load(gy_ptr + gy_off, mask=mask, other=0.0).to(ACC)
     if HAS_Z:
         z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
         gy = gy * z * gate
@@ -385,13 +385,13 @@ def selective_scan_fwd(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, resets_ptr, y_ptr, starts_ptr, last_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
-    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
+    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt, s_ob, s_od,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_CARRY: tl.constexpr,
     WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
     ACC: tl.constexpr, FAST: tl.constexpr,
 ):
-    """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), in y's dtype; with STORE_STARTS the state entering every
+    """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), strides (s_ob, s_od, 1), in y's dtype; with STORE_STARTS the state entering every
     chunk (batch, chunks, dim, N). The state is carried in last (batch, dim, N): with HAS_CARRY (an initial
     state, or more than one chunk) the caller fills it with h0 or zeros and each chunk starts from it; with
     WRITE_LAST it ends as the last state. Each slot belongs to one program; a barrier between reading and
@@ -438,7 +438,7 @@ def selective_scan_fwd(
         if HAS_Z:
             z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
             y *= z * gate
-        tl.store(y_ptr + (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :],
+        tl.store(y_ptr + pid_b * s_ob + d0 * s_od + t0 + offs_d[:, None] * s_od + rows[None, :],
                  y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -448,7 +448,7 @@ def selective_scan_bwd(
     gu_ptr, gdelta_ptr, gz_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, gbias_ptr, gh_ptr,
     dim, e, length, n_state, tune_rows, tune_length,
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
-    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt,
+    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt, s_ob, s_od, s_gb, s_gd, s_gt,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_CARRY: tl.constexpr,
     READ_SLOTS: tl.constexpr, WRITE_GRAD_CARRY: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -467,8 +467,8 @@ def selective_scan_bwd(
     or zeros and zeroes the sums, and each chunk adds to what the slots hold; without, they are only
     written. Each slot belongs to one program; a barrier between reading and writing it orders its threads. Variable B, C gradients are (batch, groups, N, L)
     sums over channel blocks (atomic adds); grad A, D, the Δ bias and invariant B, C gradients are per
-    batch row, summed by the caller. The gradients of u, Δ (before its bias) and z are (batch, dim, L) in
-    their tensors' dtypes."""
+    batch row, summed by the caller. The gradients of u, Δ (before its bias) and z are (batch, dim, L) with
+    strides (s_ob, s_od, 1), in their tensors' dtypes; dL/d(output) is read with strides (s_gb, s_gd, s_gt)."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
     slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
     bias = _per_channel(bias_ptr, d, mask_d, HAS_BIAS, ACC)
@@ -491,8 +491,9 @@ def selective_scan_bwd(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
-        out_off = (pid_b * dim + d0) * length + t0 + offs_d[:, None] * length + rows[None, :]
-        gy = _scan_grad(gy_ptr, out_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
+        out_off = pid_b * s_ob + d0 * s_od + t0 + offs_d[:, None] * s_od + rows[None, :]
+        gy_off = pid_b * s_gb + d0 * s_gd + t0 * s_gt + offs_d[:, None] * s_gd + rows[None, :] * s_gt
+        gy = _scan_grad(gy_ptr, gy_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
         grad_D += _sum(gy * u, axis=1)
         dtu = dt * u
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
@@ -550,7 +551,7 @@ def selective_scan_bwd(
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         if HAS_Z:
             # z and dL/d(output) loaded again rather than held through the loop over states.
-            gout = tl.load(gy_ptr + out_off, mask=mask, other=0.0).to(ACC)
+            gout = tl.load(gy_ptr + gy_off, mask=mask, other=0.0).to(ACC)
             z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
             # silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z)))
             tl.store(gz_ptr + out_off, (gout * (y + D[:, None] * u) * gate * (1.0 + z * (1.0 - gate)))

@@ -262,10 +262,13 @@ def _bc_layout(M: Tensor):
     return True, (M.stride(0), M.stride(1), 0, M.stride(2), M.stride(3))
 
 
-def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, softplus, flags, *buffers):
+def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, softplus, flags, *buffers,
+                      out: Tensor, grad_y: Tensor | None = None):
     """Launch the selective kernel of `direction` on the tensors and the buffers it writes: the shared sizes,
-    strides and constexpr flags come from the inputs; `flags` adds the direction's own. The autotuner picks
-    BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its cost being per element."""
+    strides and constexpr flags come from the inputs; `flags` adds the direction's own. `out` is one of the
+    (batch, dim, L) outputs, all laid out alike (`_out_like`); the backward reads `grad_y` with its own
+    strides. The autotuner picks BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its
+    cost being per element."""
     kernels, interpret = _for(u.device)
     batch, dim, length = u.shape
     n = A.shape[1]
@@ -294,7 +297,8 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
         "u": block_d * abs(u.stride(1)) + steps * abs(u.stride(2)),
         "delta": block_d * abs(delta.stride(1)) + steps * abs(delta.stride(2)),
         "z": block_d * abs(z_strides[1]) + steps * abs(z_strides[2]),
-        "y and its gradient (batch, dim, L)": block_d * length + steps,
+        "y and the gradients of u, delta, z": block_d * abs(out.stride(1)) + steps,
+        "the gradient of y": 0 if grad_y is None else block_d * abs(grad_y.stride(1)) + steps * abs(grad_y.stride(2)),
     })
     r_strides = resets.stride() if resets is not None else (0, 0)
     # tune_rows and tune_length key the autotuner: rows of programs, and L to the next power of two.
@@ -302,11 +306,18 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
     # u stands for absent optional tensors and empty buffers (never read or written).
     tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets, *buffers)]
+    strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
     _launch(kernel, grid, *tensors, *sizes, *strides, **flags)
 
 
 def _compute(u: Tensor) -> torch.dtype:
     return torch.promote_types(u.dtype, torch.float32)
+
+
+def _out_like(u: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """An uninitialised (batch, dim, L) output laid out as u is where u is dense (the Mamba block's (dim, batch, L)
+    memory, say, so that its matmuls need no copy), else contiguous; the kernels take u time-contiguous."""
+    return torch.empty_like(u, dtype=dtype)
 
 
 def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, return_last_state,
@@ -321,7 +332,7 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     compute = _compute(u)
     chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
-    y = torch.empty(batch, dim, length, dtype=u.dtype, device=u.device)
+    y = _out_like(u)
     # The kernel carries the state in `last`, from h0 (or zeros) to the last state.
     if initial_state is not None:
         last = initial_state.to(compute, copy=True).contiguous()
@@ -331,7 +342,7 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     _selective_launch("fwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
                       dict(HAS_CARRY=carry, WRITE_LAST=chunks > 1 or return_last_state,
                            STORE_STARTS=store_starts and carry),
-                      y, starts, last)
+                      y, starts, last, out=y)
     return y, last if return_last_state else _empty(last), starts
 
 
@@ -352,7 +363,7 @@ def _(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, softplus, retu
     compute = _compute(u)
     chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
-    y = u.new_empty(batch, dim, length)
+    y = _out_like(u)
     last = u.new_empty(batch, dim, A.shape[1], dtype=compute) if return_last_state else u.new_empty(0, dtype=compute)
     starts = u.new_empty(batch, chunks if store_starts and carry else 0, dim, A.shape[1], dtype=compute)
     return y, last, starts
@@ -367,11 +378,12 @@ def selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, r
     groups = _groups(B, C)
     compute = _compute(u)
     chunks = _chunks(length)
-    # Gradients may come as expanded views (of y.sum(), say): the kernel reads them contiguous.
-    grad_y = grad_y.contiguous()
-    grad_u, grad_delta = torch.empty_like(u, memory_format=torch.contiguous_format), \
-        torch.empty_like(delta, memory_format=torch.contiguous_format)
-    grad_z = torch.empty_like(z, memory_format=torch.contiguous_format) if z is not None else _empty(u)
+    # The kernel reads the gradient with its strides, channels-last from out_proj's backward say, but not an
+    # expanded view (of y.sum(), say): tiles would overlap.
+    if 0 in grad_y.stride():
+        grad_y = grad_y.contiguous()
+    grad_u, grad_delta = _out_like(u), _out_like(u, delta.dtype)
+    grad_z = _out_like(u, z.dtype) if z is not None else _empty(u)
     per_row = (batch, dim, n)
     read_slots = chunks > 1 or grad_last is not None
     # The kernel carries the state's adjoint in grad_h0 (from the last state's gradient, or zeros when the
@@ -391,7 +403,8 @@ def selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, r
     _selective_launch("bwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
                       dict(HAS_CARRY=has_initial_state or chunks > 1, READ_SLOTS=read_slots,
                            WRITE_GRAD_CARRY=has_initial_state or chunks > 1),
-                      starts, grad_y, grad_u, grad_delta, grad_z, grad_A, grad_B, grad_C, grad_D, grad_bias, grad_h0)
+                      starts, grad_y, grad_u, grad_delta, grad_z, grad_A, grad_B, grad_C, grad_D, grad_bias, grad_h0,
+                      out=grad_u, grad_y=grad_y)
     grad_B, grad_C = ((g.view(M.shape) if M.ndim > 2 else g.sum(0)).to(M.dtype) for g, M in ((grad_B, B), (grad_C, C)))
     return (
         grad_u, grad_delta, grad_A.sum(0).to(A.dtype), grad_B, grad_C,
@@ -417,10 +430,9 @@ def _(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, so
     compute = _compute(u)
     absent = u.new_empty(0)
     return (
-        torch.empty_like(u, memory_format=torch.contiguous_format),
-        torch.empty_like(delta, memory_format=torch.contiguous_format), torch.empty_like(A),
+        _out_like(u), _out_like(u, delta.dtype), torch.empty_like(A),
         torch.empty_like(B), torch.empty_like(C), torch.empty_like(D) if D is not None else absent,
-        torch.empty_like(z, memory_format=torch.contiguous_format) if z is not None else absent,
+        _out_like(u, z.dtype) if z is not None else absent,
         torch.empty_like(delta_bias) if delta_bias is not None else absent,
         u.new_empty(u.shape[0], u.shape[1], A.shape[1], dtype=compute) if has_initial_state else absent,
     )

@@ -264,3 +264,26 @@ def test_mamba_channels_first_projection_equals_in_proj(position):
     for a, b in zip(plain, first):
         torch.testing.assert_close(b, a)
         assert b.transpose(1, 2).stride(-1) == 1  # time-contiguous, as the CUDA kernels read it
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["triton", "auto"])
+@pytest.mark.parametrize("position", ["ssp_output", "in_proj"])
+def test_mamba_block_on_cuda_equals_the_cpu_block(backend, position):
+    """The CUDA layout ((d_inner, B L) memory from in_proj to out_proj, the conv and scan kernels reading and
+    writing it) gives the CPU block's outputs and every gradient; "auto" takes mamba_ssm's and causal_conv1d's
+    kernels where they are installed."""
+    torch.manual_seed(0)
+    config = MambaBlockConfig(SSPConfig("s6", 16, layer_kwargs={"backend": backend}), dropout=0.2,
+                              dropout_position=position, proj_bias=True)
+    block = MambaBlock(32, config).eval()
+    x = torch.randn(3, 150, 32)
+    outs = {}
+    for device in ("cpu", "cuda"):
+        model = block.to(device)
+        x_d = x.to(device).requires_grad_()
+        y = model(x_d)
+        grads = torch.autograd.grad(y.square().sum(), [x_d, *model.parameters()])
+        outs[device] = [t.cpu() for t in (y, *grads)]
+    for name, got, want in zip(["y", "x", *dict(block.named_parameters())], outs["cuda"], outs["cpu"]):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")

@@ -66,3 +66,24 @@ def test_s6_masked_scan_equals_per_sequence_scans():
         torch.testing.assert_close(y[i : i + 1, :n], y_i)
         torch.testing.assert_close(s_end[i : i + 1], s_i)
         assert (y[i, n:] == 0).all()
+
+
+def test_s6_projections_of_the_mamba_block_layout_equal_the_plain_ones():
+    """x laid out as a (d_model, B L) matrix, as the Mamba block passes it on CUDA: Δ, B and C are the plain
+    projections' values and gradients, and Δ comes back in x's layout (B, C time-contiguous) for the scan."""
+    layer = S6(6, d_state=3).double()
+    plain = torch.randn(3, 6, 11, dtype=torch.float64, requires_grad=True)
+    matrix = plain.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    ours, theirs = layer._project_channels_first(matrix), layer._project_channels_first(plain)
+    assert ours[0].stride() == matrix.stride() and all(m.stride(-1) == 1 for m in ours[1:])
+    weights = [torch.randn_like(t) for t in theirs]
+    grads = torch.autograd.grad(sum((t * w).sum() for t, w in zip(ours, weights)), [matrix, *layer.parameters()],
+                                allow_unused=True)
+    grads_ref = torch.autograd.grad(sum((t * w).sum() for t, w in zip(theirs, weights)), [plain, *layer.parameters()],
+                                    allow_unused=True)
+    torch.testing.assert_close(ours, theirs)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast, as mixed-precision training runs it
+        ours = layer.float()._project_channels_first(matrix.float())
+    assert all(t.dtype == torch.bfloat16 for t in ours)

@@ -70,7 +70,9 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
         out = out + u * D[:, None]
     x = u.new_zeros(u.shape[0], u.shape[1], -(-u.shape[2] // 2048), 2 * A.shape[1], dtype=A.dtype)
     x[:, :, -1, 1::2] = last
-    return [out.to(u.dtype), x] if z is None else [out.to(u.dtype), x, (out * F.silu(z)).to(u.dtype)]
+    # laid out as the kernel allocates them: torch.empty_like(delta), and with z torch.empty_like(z)
+    y = torch.empty_like(delta).copy_(out)
+    return [y, x] if z is None else [y, x, torch.empty_like(z).copy_(out * F.silu(z))]
 
 
 def bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z):
@@ -85,8 +87,9 @@ def bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, r
     dD = None if D is None else (dout * u).sum((0, 2))
     du = du if D is None else du + dout * D[:, None]
     ddelta_bias = None if delta_bias is None else ddelta.sum((0, 2))
-    du, ddelta, dB, dC = (g.to(t.dtype) for g, t in ((du, u), (ddelta, delta), (dB, B), (dC, C)))
-    return [du, ddelta, dA, dB, dC, dD, ddelta_bias] + ([dz.to(z.dtype)] if z is not None else [])
+    du, ddelta = torch.empty_like(u).copy_(du), torch.empty_like(delta).copy_(ddelta)
+    dB, dC = dB.to(B.dtype), dC.to(C.dtype)
+    return [du, ddelta, dA, dB, dC, dD, ddelta_bias] + ([torch.empty_like(z).copy_(dz)] if z is not None else [])
 """
 WORKING_MAMBA = {
     "mamba_ssm/__init__.py": "",
@@ -262,6 +265,8 @@ def test_mamba_ssm_ops_pass_opcheck(packages):
 
     packages(WORKING_MAMBA)
     u, delta, A, B, C, D, z, delta_bias = _mamba_inputs()
+    # (dim, batch, L) memory, as the Mamba block lays out u, delta and z on CUDA: outputs keep that layout
+    u, delta, z = (t.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_() for t in (u, delta, z))
     for optional in ((D, z, delta_bias), (None, None, None)):
         torch.library.opcheck(mamba_scan_op, (u, delta, A, B, C, *optional, True))
         with torch.no_grad():

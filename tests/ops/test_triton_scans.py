@@ -153,6 +153,38 @@ def test_selective_scan_triton_inference_and_channels_last(device):
         torch.testing.assert_close(x, y, **TOL[torch.float64])
 
 
+def _matrix_layout(x):
+    """x (batch, dim, L) as a view of (dim, batch, L) memory: the Mamba block's layout on CUDA."""
+    return x.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_(x.requires_grad)
+
+
+def test_selective_scan_triton_keeps_the_mamba_block_layout(device):
+    """u, Δ and z laid out as (dim, batch, L) matrices: y and the gradients of u, Δ, z come back in that layout
+    (so that the block's matrix products need no copy), dL/dy is read channels-last as out_proj's backward
+    gives it, and every value and gradient is the reference's; the op's fake implementation says the same."""
+    length = SELECTIVE_MAX_CHUNK + 1
+    inp = _selective_inputs(length, 0, "", True, torch.float64, device, batch=3)
+    for name in ("u", "delta", "z"):
+        inp[name] = _matrix_layout(inp[name])
+    resets = _resets(3, length, SELECTIVE_MAX_CHUNK, device)
+    kw = dict(delta_softplus=True, return_last_state=True, resets=resets)
+    fast, last = selective_scan(**inp, **kw, backend="triton")
+    ref = selective_scan(**inp, **kw, backend="reference")
+    assert fast.stride() == inp["u"].stride()
+    grad_y = torch.randn(3, length, 4, dtype=torch.float64, device=device).transpose(1, 2)  # channels-last
+    leaves = list(v for v in inp.values() if v is not None)
+    grads = torch.autograd.grad((fast, last), leaves, (grad_y, torch.ones_like(last)))
+    grads_ref = torch.autograd.grad(ref, leaves, (grad_y, torch.ones_like(last)))
+    torch.testing.assert_close((fast, last), ref, **TOL[torch.float64])
+    for name, g, g_ref in zip(inp, grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, **TOL[torch.float64], msg=lambda m: f"gradient of {name}: {m}")
+        if name in ("u", "delta", "z"):
+            assert g.stride() == inp[name].stride(), name
+    args = list(_op_args(device, length))
+    args[0], args[1], args[6] = (_matrix_layout(t) for t in (args[0], args[1], args[6]))
+    torch.library.opcheck(torch.ops.seqssm.selective_scan_triton.default, tuple(args))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.gpu)])
 def test_selective_scan_triton_half_inputs_accumulate_in_float32(device, dtype):
     """Half inputs, float32 parameters (as under bf16-mixed training): as the reference, which computes in float32."""
