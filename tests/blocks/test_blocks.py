@@ -281,6 +281,7 @@ def test_mamba_block_on_cuda_equals_the_cpu_block(backend, position):
     outs = {}
     for device in ("cpu", "cuda"):
         model = block.to(device)
+        model.branches[0].ssp.backend = backend if device == "cuda" else "auto"
         x_d = x.to(device).requires_grad_()
         y = model(x_d)
         grads = torch.autograd.grad(y.square().sum(), [x_d, *model.parameters()])
