@@ -491,13 +491,9 @@ def selective_scan_bwd(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
-        # 64-bit chunk bases and 32-bit tile offsets: two 64-bit tiles live through the loop over states would
-        # spill at the widest tiles.
-        out_base = pid_b * s_ob + d0 * s_od + t0
-        out_tile = offs_d[:, None] * s_od + rows[None, :]
-        gy_base = pid_b * s_gb + d0 * s_gd + t0 * s_gt
-        gy_tile = offs_d[:, None] * s_gd + rows[None, :] * s_gt
-        gy = _scan_grad(gy_ptr + gy_base, gy_tile, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
+        out_off = pid_b * s_ob + d0 * s_od + t0 + offs_d[:, None] * s_od + rows[None, :]
+        gy_off = pid_b * s_gb + d0 * s_gd + t0 * s_gt + offs_d[:, None] * s_gd + rows[None, :] * s_gt
+        gy = _scan_grad(gy_ptr, gy_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
         grad_D += _sum(gy * u, axis=1)
         dtu = dt * u
         gBu = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)  # Σ_n g B
@@ -555,18 +551,18 @@ def selective_scan_bwd(
             s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
         if HAS_Z:
             # z and dL/d(output) loaded again rather than held through the loop over states.
-            gout = tl.load(gy_ptr + gy_base + gy_tile, mask=mask, other=0.0).to(ACC)
+            gout = tl.load(gy_ptr + gy_off, mask=mask, other=0.0).to(ACC)
             z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
             # silu'(z) = sigmoid(z) (1 + z (1 - sigmoid(z)))
-            tl.store(gz_ptr + out_base + out_tile, (gout * (y + D[:, None] * u) * gate * (1.0 + z * (1.0 - gate)))
+            tl.store(gz_ptr + out_off, (gout * (y + D[:, None] * u) * gate * (1.0 + z * (1.0 - gate)))
                      .to(gz_ptr.dtype.element_ty), mask=mask)
         gdt += u * gBu
         if SOFTPLUS:
             gdt = gdt * _sigmoid(raw, FAST)
         gdt = tl.where(mask, gdt, 0.0)
         grad_bias += _sum(gdt, axis=1)
-        tl.store(gu_ptr + out_base + out_tile, (dt * gBu + D[:, None] * gy).to(gu_ptr.dtype.element_ty), mask=mask)
-        tl.store(gdelta_ptr + out_base + out_tile, gdt.to(gdelta_ptr.dtype.element_ty), mask=mask)
+        tl.store(gu_ptr + out_off, (dt * gBu + D[:, None] * gy).to(gu_ptr.dtype.element_ty), mask=mask)
+        tl.store(gdelta_ptr + out_off, gdt.to(gdelta_ptr.dtype.element_ty), mask=mask)
     row = pid_b * dim + d
     if HAS_D:
         tl.store(gD_ptr + row, grad_D, mask=mask_d)

@@ -39,8 +39,10 @@ _SELECTIVE_MIN_CHUNK = 16
 # Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds about 8
 # tiles, the backward (two scans, three accumulators) about 15, which at 8 elements per thread is more
 # than ptxas's budget. A forward of float32 inputs over several warps at 8 spills a few bytes on sm_90
-# (the compile check's full tier), so those inputs ("wide") stop at 4.
-_SELECTIVE_PER_THREAD = {("fwd", False): (4, 8), ("fwd", True): (4,), ("bwd", False): (2, 4), ("bwd", True): (2, 4)}
+# (the compile check's full tier), so those inputs ("wide") stop at 4; their backward at 4 over 8 warps spilled
+# 8 bytes on sm_80 under triton 3.6 (the check on an H100), so it stops at 2. (Tiles addressed by 64-bit chunk
+# bases plus 32-bit offsets kept 4 free of spills, but made the bf16 backward about 8% slower on the H100.)
+_SELECTIVE_PER_THREAD = {("fwd", False): (4, 8), ("fwd", True): (4,), ("bwd", False): (2, 4), ("bwd", True): (2,)}
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
