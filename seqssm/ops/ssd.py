@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqssm.ops.backend import NEVER, Backend, Call, choose, register
 from seqssm.ops.checks import check_flags, check_floating
 
 SSD_CHUNK = 64
@@ -153,3 +154,23 @@ def ssd_step(state: Tensor, x_t: Tensor, dt_t: Tensor, A: Tensor, B_t: Tensor, C
     if D is not None:
         y = y + x_ * D.to(dtype)[:, None]
     return y.to(x_t.dtype), h.to(state.dtype)
+
+
+def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
+             initial_state: Tensor | None = None, resets: Tensor | None = None, chunk_size: int = SSD_CHUNK,
+             backend: str = "auto") -> tuple[Tensor, Tensor]:
+    """The SSD scan: x (b, L, H, P), Δ (b, L, H) > 0, A (H,), B, C (b, L, G, N), D (H,), initial_state (b, H, P, N),
+    resets (b, L) bool (True at t zeroes the state before step t) -> (y (b, L, H, P) in x's dtype, last state
+    (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "chunked")."""
+    check_floating("ssd_scan", x=x, dt=dt, A=A, B=B, C=C, D=D, initial_state=initial_state)
+    floats = (x, dt, A, B, C, D, initial_state)
+    call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
+                resets is not None)
+    fn = choose("ssd", backend, call)
+    if fn is ssd_chunked:
+        return fn(x, dt, A, B, C, D, initial_state, resets, chunk_size)
+    return fn(x, dt, A, B, C, D, initial_state, resets)
+
+
+register(Backend("ssd", "reference", ssd_reference, auto_devices=NEVER))
+register(Backend("ssd", "chunked", ssd_chunked))
