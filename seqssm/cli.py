@@ -40,6 +40,7 @@ from typing import Callable, NamedTuple
 
 from .arguments import ArgumentParser, closest, resolve_device
 from .errors import MissingExtraError, SeqssmError, TrainingInterrupted, UsageError, user_error_in
+from .recipes import config_args
 
 
 class Command(NamedTuple):
@@ -55,7 +56,7 @@ def lightning(name: str) -> Callable[[list[str]], object]:
         # the command line is passed on purpose (its first word was the subcommand); Lightning warns when it also
         # sees one in sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-        return make_cli([name, *argv])
+        return make_cli([name, *config_args(argv)])  # --config: a path, or a packaged recipe's name
     return run
 
 
@@ -195,6 +196,8 @@ COMMANDS = {
                        imported("seqssm.rl.cli:eval_main", extra="rl")),
     "reproduce": Command("re-run a source paper's comparison in miniature, with verdicts: CLAIM|all|list",
                          imported("seqssm.study.reproduce.cli:main")),
+    "recipes": Command("the packaged recipes: list [PREFIX] | copy NAME DIR (a recipe and its bases, to edit)",
+                       imported("seqssm.recipes.cli:main")),
 }
 
 

@@ -1,9 +1,9 @@
 """`seqssm rl` (train an agent with the recipe's `algorithm:`, ppo or sac) and `seqssm rl-eval` (play a trained one).
 
-    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml
-    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core.layer gru --out_dir runs/rl/rf-gru
-    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
-    seqssm rl --config recipes/rl/sac/best_arm/kalman.yaml --agent.encoder.kind vssm
+    seqssm rl --config rl/repeat_first_easy/s5.yaml
+    seqssm rl --config rl/repeat_first_easy/s5.yaml --agent.core.layer gru --out_dir runs/rl/rf-gru
+    seqssm rl --config rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
+    seqssm rl --config rl/sac/best_arm/kalman.yaml --agent.encoder.kind vssm
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 100
     seqssm rl-eval runs/rl/sac/best_arm/kalman/last.pt --eval_set ood
 
@@ -29,7 +29,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from seqssm.arguments import ShortErrors, resolve_device
 from seqssm.errors import ConfigError
-from seqssm.recipes import RECIPE_PARSER_MODE, register_recipe_loader
+from seqssm.recipes import RECIPE_PARSER_MODE, config_args, register_recipe_loader
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.checkpoint import load_checkpoint
 from seqssm.rl.config import EvalConfig, FinalEvalConfig, RunConfig, algorithm_spec, check_value
@@ -83,7 +83,8 @@ def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
                       description=f"Train a recurrent agent ({algorithm}; the recipe's `algorithm:` chooses) on a "
                                   "POPGym, MemoryCorridor, Best Arm, meta-RL or control env; a recipe may name its "
                                   "`_base_`.")
-    parser.add_argument("--config", action=ActionConfigFile, help="a recipe, e.g. recipes/rl/<env>/<core>.yaml")
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help="a recipe file or a packaged recipe's name, e.g. rl/<env>/<core>")
     parser.add_argument("--algorithm", type=Literal[tuple(ALGORITHMS)], default="ppo",
                         help="the RL algorithm; it sets what --agent.* and the section named like it hold")
     parser.add_class_arguments(EnvConfig, "env")
@@ -101,6 +102,7 @@ def rl_parser(algorithm: str = "ppo") -> ArgumentParser:
 
 def rl_main(argv: list[str]) -> dict:
     """`seqssm rl ARGS` -> the training summary (also in OUT_DIR/summary.json)."""
+    argv = config_args(argv)  # --config: a path, or a packaged recipe's name
     parser = rl_parser(algorithm_spec(algorithm_of(argv)).name)
     cfg = parser.parse_args(argv)
     spec = algorithm_spec(cfg.algorithm)

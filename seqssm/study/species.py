@@ -8,9 +8,9 @@ F1 and F1R1 pretrain their causal models at the bidirectional width (Ulbaek 2024
 parameter count of table 6 only when its SSPs are duplicated), so every finetuning arm has its table 6 model's parameter
 count; `f1_width="causal"` (`--f1-width causal`) pretrains them at the causal width instead, as seqssm did before.
 
-Each training stage is one `seqssm fit` run: its recipe from `recipes/species/`, merged with the
-preset's overrides and the stage's length, width and parents, goes through the same LightningCLI
-(`make_cli`) and Trainer. Layout under `--out`:
+Each training stage is one `seqssm fit` run: its recipe from the packaged recipes' `species/`
+(seqssm/recipes/species/), merged with the preset's overrides and the stage's length, width and parents, goes
+through the same LightningCLI (`make_cli`) and Trainer. Layout under `--out`:
 
     <L>/pretrain/<stage>/     run.yaml, checkpoints/last.ckpt, result.json   (ntp, ntp-f1, ntp-reverse, -warm,
                               mlm-bi)
@@ -37,9 +37,9 @@ from typing import Any, Callable
 import yaml
 
 from seqssm.errors import StudyError
-from seqssm.recipes import merge, read_recipe
+from seqssm.recipes import merge, read_recipe, recipes_root
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "species"
+RECIPES = recipes_root() / "species"  # the packaged recipes' species/
 RESULT = "result.json"
 
 
@@ -198,7 +198,7 @@ class SpeciesStudy:
     def _recipe(self, name: str) -> dict:
         path = self.recipes / name
         if not path.is_file():
-            raise StudyError(f"recipe {path} not found; pass --recipes DIR (the repository's recipes/species)")
+            raise StudyError(f"recipe {path} not found; pass --recipes DIR (a folder like seqssm/recipes/species)")
         return read_recipe(path)
 
     def _widths(self) -> dict[str, int]:

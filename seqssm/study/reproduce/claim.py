@@ -1,11 +1,11 @@
 """What a claim is: its runs (one per arm, seed and setting), what it measures in them, and the comparisons that
 decide its verdict, with the paper's own numbers beside them.
 
-A claim module builds `Run`s from its recipes (recipes/reproduce/<claim>/) and turns the finished runs' results
-into `Measurements` (per arm and metric: one value per seed, and the preconditions its stand-in must meet). What
-is compared, how (`stats.RELATIONS`), which comparison is primary, the seeds with the power behind them, the two
-budgets and the full-scale settings are declared before any run in the claim's claim.yaml (`Declaration`); the
-shared runner (`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
+A claim module builds `Run`s from its recipes (the packaged recipes' reproduce/<claim>/) and turns the finished
+runs' results into `Measurements` (per arm and metric: one value per seed, and the preconditions its stand-in must
+meet). What is compared, how (`stats.RELATIONS`), which comparison is primary, the seeds with the power behind them,
+the two budgets and the full-scale settings are declared before any run in the claim's claim.yaml (`Declaration`);
+the shared runner (`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from seqssm.errors import ReproduceError
-from seqssm.recipes import merge, read_recipe
+from seqssm.recipes import merge, read_recipe, recipes_root
 
 from .stats import check_margin, power, seeds_for_power
 
-RECIPES = Path(__file__).resolve().parents[3] / "recipes" / "reproduce"
+RECIPES = recipes_root() / "reproduce"  # the packaged recipes' reproduce/
 # per claim folder: an overlay whose `run:` section is merged into every run's config, its `prepare:` section
 # into the claim's data settings and its `sweep:` section into the swept values: smoke.yaml for a seconds-long
 # run (--smoke), full.yaml for the source's own settings (--scale full)
