@@ -21,7 +21,7 @@ PACKAGE_DIR = Path(seqssm.__file__).parent
 RANKS = {"ops": 0, "data": 0, "layers": 1, "blocks": 2, "testing": 2, "models": 3, "tasks": 4, "rl": 4, "study": 5,
          "cli": 6}
 # Top-level modules that every part may use; they import no part of the package themselves.
-BASE = {"seqssm", "seqssm.arguments", "seqssm.errors", "seqssm.optim", "seqssm.recipes"}
+BASE = {"seqssm", "seqssm.arguments", "seqssm.errors", "seqssm.files", "seqssm.optim", "seqssm.recipes"}
 LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
 NO_LIGHTNING = ("ops", "layers", "blocks", "models")
 

@@ -30,9 +30,10 @@ from urllib.parse import quote
 from tqdm.auto import tqdm
 
 from seqssm.errors import CorruptFileError, DataFormatError, DigestMismatchError, DownloadError
+from seqssm.files import atomic_write
 
 from .extract import bar_disabled, is_complete, unpack
-from .io import size_text, write_text_atomic
+from .io import size_text
 from .sources import DATASETS, Dataset, SourceFile
 
 MIRROR_ENV = "SEQSSM_DATA_MIRROR"
@@ -117,7 +118,7 @@ class DigestRecord:
 
     def add(self, name: str, digests: Digests) -> None:
         self.entries[name] = {"size": digests.size, "sha256": digests.sha256}
-        write_text_atomic(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
+        atomic_write(self.path, json.dumps(self.entries, indent=1, sort_keys=True) + "\n")
 
 
 def valid_record_entry(entry) -> bool:

@@ -19,8 +19,7 @@ from pathlib import Path, PurePosixPath
 from tqdm.auto import tqdm
 
 from seqssm.errors import CorruptFileError
-
-from .io import write_text_atomic
+from seqssm.files import atomic_write
 from .sources import Dataset
 
 MARKER = ".seqssm-download.json"  # in a dataset folder: which files it was unpacked from
@@ -79,7 +78,7 @@ def commit(staging: Path, folder: Path, marker: dict) -> None:
         elif target.exists() or target.is_symlink():
             target.unlink()
         os.replace(entry, target)
-    write_text_atomic(folder / MARKER, json.dumps(marker, indent=1) + "\n")
+    atomic_write(folder / MARKER, json.dumps(marker, indent=1) + "\n")
 
 
 def gunzip_file(src: Path, dest: Path, fix: str = "download it again") -> None:
@@ -88,15 +87,14 @@ def gunzip_file(src: Path, dest: Path, fix: str = "download it again") -> None:
     gzip's CRC and length checks reject a corrupt or truncated file (CorruptFileError ending in `fix`);
     on that or any other failure (a full disk, Ctrl-C) the temporary is removed.
     """
-    tmp = dest.with_name(f"{dest.name}.tmp{os.getpid()}")
-    try:
+    def unzip(tmp: Path) -> None:
         with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
-        os.replace(tmp, dest)
+
+    try:
+        atomic_write(dest, unzip)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise CorruptFileError(src, f"{src}: truncated or corrupt gzip file, cannot unzip it ({e}); {fix}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def untar(archive: Path, routes: list[tuple[str, Path]], progress: bool | None = None) -> None:

@@ -7,7 +7,6 @@ import codecs
 import gzip
 import math
 import numbers
-import os
 import pickle
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -92,18 +91,6 @@ def read_text(path: str | Path) -> str:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise not_utf8(path) from None
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary beside it: readers see the old file or the new one, and a
-    failed write (full disk, Ctrl-C) leaves neither a partial file nor the temporary."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def parse_int_label(text: str, n_classes: int) -> int:

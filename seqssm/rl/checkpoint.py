@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from seqssm.errors import CheckpointError, ConfigError
+from seqssm.files import atomic_write
 from seqssm.models.reading import weights_mismatch
 from seqssm.models.safe_load import load_torch_file
 from seqssm.rl.algos import ALGORITHMS
@@ -29,22 +30,15 @@ LEGACY_SAC_EVAL = {"eval_every": "every", "eval_episodes": "episodes", "determin
 NOT_AN_AGENT = "not a seqssm RL agent checkpoint (`seqssm rl` writes them: best.pt, last.pt)"
 
 
-def write_checkpoint(path: str | Path, payload: dict) -> Path:
-    """Save `payload` to `path` via a temporary file, so no half-written file remains."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-    return path
-
-
 def save_checkpoint(path: str | Path, agent: nn.Module, config: RunConfig, **progress) -> Path:
     """Write an agent checkpoint: config, weights, progress (iteration, steps, mmer, ...: plain values)."""
     payload = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "algorithm": config.algorithm,
                "config": config.to_dict(), "core_model_config": getattr(agent, "core_model_config", None),
                "state_dict": agent.state_dict(), "progress": progress}
-    return write_checkpoint(path, payload)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    return path
 
 
 def _upgrade_ppo(ckpt: dict) -> dict:

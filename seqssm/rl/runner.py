@@ -28,6 +28,7 @@ import yaml
 from gymnasium import spaces
 
 from seqssm.errors import ConfigError
+from seqssm.files import remove_stale_temporaries
 from seqssm.rl.checkpoint import save_checkpoint
 from seqssm.arguments import resolve_device
 from seqssm.rl.config import EVAL_SEED, RunConfig, validate
@@ -36,7 +37,7 @@ from seqssm.rl.env_loop import run_episodes
 from seqssm.rl.envs import make_env, make_vector_env
 from seqssm.rl.envs.make import is_env_name, unknown_env_message
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json", "best.pt.tmp", "last.pt.tmp")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json")
 ENV_ERRORS = (ValueError, TypeError, ImportError, gym.error.Error)
 AGENT_ERRORS = (ValueError, TypeError, FileNotFoundError)
 
@@ -265,6 +266,7 @@ def train(config: RunConfig, overwrite: bool = False, log: Callable[[str], None]
         out.mkdir(parents=True, exist_ok=True)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
+        remove_stale_temporaries(out)
         (out / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         metrics = (out / "metrics.jsonl").open("w")
     evaluate_fn = (lambda: evaluate_sets(agent, config)) if config.env.eval_sets else None

@@ -34,11 +34,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from seqssm.errors import CheckpointError, TrainingInterrupted
+from seqssm.files import remove_stale_temporaries, temporary_path
 from seqssm.models.reading import weights_mismatch
 from seqssm.models.safe_load import load_torch_file
 
 from .base import SequenceTask
-from .files import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
+from .files import AtomicCheckpointIO
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

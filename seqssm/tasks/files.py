@@ -1,11 +1,9 @@
-"""Training outputs on disk: crash-safe writes (a file is replaced whole or not at all) and one run per folder.
+"""Training outputs on disk: crash-safe checkpoints and logs, and one run per folder.
 
-A process killed (or out of disk) while writing must leave the previous version readable. Every
-file is written under a temporary name in its own folder, flushed to disk, then renamed over the
-old one (`os.replace` is atomic on a local filesystem). Lightning's own writer stages through a
-temporary file elsewhere and copies it into place when that is another device, which a kill can cut.
-A full disk is reported as such (`DiskFullError`: the folder and "no space left"), not as the writer's
-own message (torch's is "unexpected pos 704 vs 598").
+A process killed (or out of disk) while writing must leave the previous version readable: checkpoints are
+written with `seqssm.files.atomic_write` (Lightning's own writer stages through a temporary file elsewhere and
+copies it into place when that is another device, which a kill can cut), and log lines are appended so that a
+failed append is cut off again.
 
 Two runs writing into one folder would interleave their checkpoints and logs: `RunFolderLock` keeps a
 second one out while the first runs.
@@ -19,7 +17,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from fsspec.implementations.local import LocalFileSystem
@@ -27,30 +25,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import get_filesystem
 
 from seqssm.errors import RunFolderBusyError, disk_full_reported
+from seqssm.files import atomic_write
 from seqssm.models.safe_load import load_torch_file
-
-TEMPORARY_MARK = ".tmp-"
-
-
-def temporary_path(path: Path) -> Path:
-    """The name `path` is written under before it is renamed into place (hidden, marked with this process)."""
-    return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
-
-
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` to write a temporary file beside `path`, flush it to disk, then rename it to `path`; on
-    any failure the old `path` is untouched and the temporary file removed."""
-    path = Path(path)
-    tmp = temporary_path(path)
-    with disk_full_reported(path):
-        try:
-            write(tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 def append_or_roll_back(path: str | Path, data: bytes) -> None:
@@ -66,15 +42,6 @@ def append_or_roll_back(path: str | Path, data: bytes) -> None:
         except BaseException:
             os.truncate(path, size)
             raise
-
-
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Delete temporary files that a killed writer left in `folder`; returns them."""
-    folder = Path(folder)
-    stale = [p for p in folder.glob(f".*{TEMPORARY_MARK}*") if p.is_file()] if folder.is_dir() else []
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -22,7 +22,9 @@ from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from .files import append_or_roll_back, atomic_write
+from seqssm.files import atomic_write
+
+from .files import append_or_roll_back
 
 
 class CrashSafeExperimentWriter(ExperimentWriter):
@@ -51,7 +53,7 @@ class CrashSafeExperimentWriter(ExperimentWriter):
                 with open(path, newline="") as f:
                     old_rows = list(csv.DictReader(f))
             data = self._csv(old_rows + self.metrics, header=True)
-            atomic_write(path, lambda tmp: tmp.write_bytes(data))
+            atomic_write(path, data)
         self.metrics = []
 
     def _csv(self, rows: list[dict[str, Any]], header: bool) -> bytes:

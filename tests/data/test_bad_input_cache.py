@@ -143,22 +143,3 @@ def test_damaged_cache_is_rebuilt(tmp_path, damage):
     with pytest.warns(UserWarning, match="cached splits unreadable .* building them afresh"):
         data = cached_splits(tmp_path / "cache", "t", [src], {}, build)
     assert data["train"].labels.tolist() == [0, 1, 0] and data["train"].seq(2).tolist() == [0, 1, 2, 3, 4]
-
-
-def test_atomic_text_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    from seqssm.data.io import write_text_atomic
-
-    path = tmp_path / "digests.json"
-    write_text_atomic(path, "old")
-    real = Path.write_text
-
-    def full_disk(self, text, *args, **kwargs):
-        real(self, text[:2], *args, **kwargs)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Path, "write_text", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        write_text_atomic(path, "new content")
-    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["digests.json"]

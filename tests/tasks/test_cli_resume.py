@@ -6,7 +6,6 @@ run that failed at once leaves nothing that refuses the next one."""
 from __future__ import annotations
 
 import csv
-import errno
 import os
 import subprocess
 import sys
@@ -17,8 +16,9 @@ import torch
 from test_cli import run, workdir  # noqa: F401
 
 from seqssm.cli import main
-from seqssm.errors import DiskFullError, RunFolderBusyError
-from seqssm.tasks.files import LOCK_FILE, RunFolderLock, atomic_write, temporary_path
+from seqssm.errors import RunFolderBusyError
+from seqssm.files import temporary_path
+from seqssm.tasks.files import LOCK_FILE, RunFolderLock
 
 from .helpers import one_thread  # noqa: F401
 
@@ -189,24 +189,6 @@ def test_out_of_memory_on_a_gpu_names_the_amount_and_batch_size():
         "--data.init_args.batch_size (now 64), or max_length or the model's size. The checkpoints written so far "
         "are kept")
     assert out_of_memory(RuntimeError("shape mismatch"), "fit", 64) is None  # other errors stay themselves
-
-
-@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
-                                   RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
-                                   OSError(errno.EDQUOT, "Disk quota exceeded")], ids=["ENOSPC", "torch", "EDQUOT"])
-def test_atomic_write_reports_a_full_disk_and_keeps_the_file(tmp_path, error):
-    path = tmp_path / "metrics.csv"
-    path.write_text("old\n")
-
-    def fail(tmp):
-        tmp.write_text("half")
-        raise error
-
-    with pytest.raises(DiskFullError, match=f"^{tmp_path}: no space left on its device while writing metrics.csv"):
-        atomic_write(path, fail)
-    assert path.read_text() == "old\n" and not temporary_path(path).exists()
-    with pytest.raises(ValueError, match="^other$"):  # any other failure is itself
-        atomic_write(path, lambda tmp: (_ for _ in ()).throw(ValueError("other")))
 
 
 def test_a_full_disk_during_export_is_one_line_naming_the_folder_and_keeps_the_model(workdir, capsys, monkeypatch):

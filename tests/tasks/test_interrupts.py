@@ -20,7 +20,8 @@ import seqssm.tasks.checkpoint as checkpoint_module
 from seqssm.cli import main
 from seqssm.tasks import TrainingInterrupted
 from seqssm.tasks.checkpoint import TaskCheckpoint
-from seqssm.tasks.files import AtomicCheckpointIO, temporary_path
+from seqssm.files import temporary_path
+from seqssm.tasks.files import AtomicCheckpointIO
 from seqssm.tasks.resume import ResumableTrainData
 
 from .helpers import SignalAt, TinyTokens, make_task, make_trainer, one_thread  # noqa: F401

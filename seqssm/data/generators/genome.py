@@ -19,8 +19,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from seqssm.errors import ConfigError, DataNotFoundError, check_int
+from seqssm.files import atomic_write
 
-from ..io import write_text_atomic
 from ..species_splits import SPECIES_SPLITS
 
 BASES = np.frombuffer(b"ACGT", dtype=np.uint8)
@@ -181,7 +181,7 @@ def mark_synthetic(folder: Path, species) -> None:
     except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: the species written from now on
         known = []
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(marker, json.dumps({"generator": "seqssm synthetic genomes",
+    atomic_write(marker, json.dumps({"generator": "seqssm synthetic genomes",
                                           "species": sorted({*known, *species})}) + "\n")
 
 

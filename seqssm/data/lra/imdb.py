@@ -13,11 +13,12 @@ import os
 from pathlib import Path
 
 from seqssm.errors import DataFormatError
+from seqssm.files import atomic_write
 
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cache_key, cached_splits, source_stamp
 from ..errors import missing
-from ..io import read_text, write_text_atomic
+from ..io import read_text
 from ..sources import download_command
 from ..tokenizers import CharVocabulary
 from .text import read_text_table
@@ -129,7 +130,7 @@ class IMDBDataModule(SeqDataModule):
         texts, _ = read_imdb(locate_imdb(self.data_dir)["train"])
         vocab = CharVocabulary.build(texts, self.min_freq, self.max_length)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({**spec, "characters": vocab.characters}, ensure_ascii=False))
+        atomic_write(path, json.dumps({**spec, "characters": vocab.characters}, ensure_ascii=False))
         return vocab
 
     def build_splits(self):

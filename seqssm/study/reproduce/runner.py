@@ -23,6 +23,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from seqssm.errors import ReproduceError
+from seqssm.files import atomic_write
 from seqssm.study.species import differences
 
 from . import work
@@ -54,9 +55,7 @@ def _execute(run: Run, run_dir: Path, progress: Callable[[int], None]) -> dict:
     result = work.WORKERS[run.kind](run_dir, run.config, progress)
     record = {"key": run.key, "arm": run.arm, "seed": run.seed, "kind": run.kind, "config": run.config,
               "wall_s": round(time.perf_counter() - start, 2), "result": result}
-    tmp = run_dir / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, run_dir / RESULT)
+    atomic_write(run_dir / RESULT, json.dumps(record, indent=2) + "\n")
     return record
 
 
