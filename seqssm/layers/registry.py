@@ -4,12 +4,12 @@
     build_layer("gru", d_model=64, d_state=32)            # GRU(64, d_hidden=32): its state size's own name
 
 A new layer joins every consumer (Simple / Mamba blocks, `seqssm.models.build` names such as
-"mamba-<layer>", PPO cores, SAC history encoders) by one line here.
+"mamba-<layer>", PPO cores, SAC history encoders) and every test of all layers by one line here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import nn
 
@@ -26,25 +26,27 @@ from seqssm.layers.transformer import CausalTransformer
 
 @dataclass(frozen=True)
 class LayerEntry:
-    """A registered layer: its class, and the keyword that takes the state size (d_state, d_hidden, ...)."""
+    """A registered layer: its class, the keyword that takes the state size (d_state, d_hidden, ...), and the
+    state size of the small instances that the tests build of every layer (fast, yet a state that matters)."""
 
     cls: type[nn.Module]
     state_arg: str = "d_state"
+    test_size: int = field(kw_only=True)
 
 
 LAYERS: dict[str, LayerEntry] = {
-    "s4": LayerEntry(S4),
-    "s4d": LayerEntry(S4D),
-    "s6": LayerEntry(S6),
-    "s5": LayerEntry(S5),
-    "lssl": LayerEntry(LSSL),
-    "lsslf": LayerEntry(LSSLf),
-    "mingru": LayerEntry(MinGRU, "d_hidden"),
-    "gru": LayerEntry(GRU, "d_hidden"),
-    "kalman": LayerEntry(KalmanLayer),
-    "kalman_u": LayerEntry(KalmanNoInput),
-    "vssm": LayerEntry(vSSM),
-    "transformer": LayerEntry(CausalTransformer, "context"),  # its state is the window of past inputs
+    "s4": LayerEntry(S4, test_size=4),
+    "s4d": LayerEntry(S4D, test_size=4),
+    "s6": LayerEntry(S6, test_size=3),
+    "s5": LayerEntry(S5, test_size=4),
+    "lssl": LayerEntry(LSSL, test_size=3),
+    "lsslf": LayerEntry(LSSLf, test_size=3),
+    "mingru": LayerEntry(MinGRU, "d_hidden", test_size=5),
+    "gru": LayerEntry(GRU, "d_hidden", test_size=5),
+    "kalman": LayerEntry(KalmanLayer, test_size=3),
+    "kalman_u": LayerEntry(KalmanNoInput, test_size=3),
+    "vssm": LayerEntry(vSSM, test_size=3),
+    "transformer": LayerEntry(CausalTransformer, "context", test_size=4),  # its state is the window of past inputs
 }
 
 

@@ -15,12 +15,6 @@ from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, build_history_en
 from seqssm.testing import check_layer_contract
 
 D = 4
-SMALL = {"s4": 4, "s4d": 4, "s6": 3, "s5": 4, "lssl": 3, "lsslf": 3, "mingru": 5, "gru": 5, "kalman": 3,
-         "kalman_u": 3, "vssm": 3, "transformer": 4}
-
-
-def test_small_sizes_cover_the_registry():
-    assert set(SMALL) == set(LAYERS)
 
 
 def moved_off_init(layer: torch.nn.Module) -> torch.nn.Module:
@@ -38,7 +32,7 @@ def moved_off_init(layer: torch.nn.Module) -> torch.nn.Module:
 @pytest.mark.parametrize("name", LAYERS)
 def test_every_registered_layer_keeps_the_contract(name):
     torch.manual_seed(0)
-    layer = moved_off_init(build_layer(name, D, SMALL[name]))
+    layer = moved_off_init(build_layer(name, D, layer_entry(name).test_size))
     check_layer_contract(layer, d_in=D)
 
 
@@ -62,7 +56,7 @@ def test_unknown_names_list_the_registered_layers():
 
 @pytest.mark.parametrize("name", LAYERS)
 def test_every_consumer_builds_every_registered_layer(name):
-    d_state = SMALL[name]
+    d_state = layer_entry(name).test_size
     block = SimpleBlock(D, SimpleBlockConfig(SSPConfig(name, d_state)))
     assert isinstance(block.ssp, LAYERS[name].cls)
     core = build_core(CoreConfig(layer=name, d_model=D, d_state=d_state, n_layers=1))
