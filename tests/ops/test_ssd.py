@@ -97,3 +97,19 @@ def test_empty_sequence_passes_the_state_through():
     y, last = ssd_chunked(**inp)
     assert y.shape == (2, 0, 4, 3)
     torch.testing.assert_close(last, inp["initial_state"])
+
+
+@pytest.mark.parametrize("length,chunk,groups", [(64, 16, 1), (50, 16, 2), (33, 64, 4), (1, 8, 1)])
+def test_chunked_equals_the_transformers_torch_path(length, chunk, groups):
+    """transformers' Mamba2 SSD on its torch path (the function its kernel wrapper falls back to) as the peer:
+    outputs and last state, from an initial state, across chunk sizes and groups."""
+    import inspect
+
+    modeling = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+    peer = inspect.unwrap(modeling.mamba2_chunk_scan)
+    inp = {k: v.detach().float() for k, v in _inputs(length=length, groups=groups, heads=4, p=8, n=16).items()}
+    y_peer, last_peer = peer(inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"], chunk, D=inp["D"],
+                             initial_states=inp["initial_state"], return_final_states=True)
+    y, last = ssd_chunked(**inp, chunk_size=chunk)
+    torch.testing.assert_close(y, y_peer.to(y.dtype), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(last, last_peer, rtol=1e-4, atol=1e-4)
