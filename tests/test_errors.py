@@ -56,14 +56,11 @@ def test_each_error_is_a_seqssm_error_and_keeps_its_builtin_base(cls, builtin):
 
 def test_old_import_locations_name_the_same_classes():
     from seqssm.data import DataFormatError
-    from seqssm.data.errors import DownloadError
     from seqssm.models.interop import PretrainedFormatError
-    from seqssm.ops.checks import InputShapeError
     from seqssm.tasks import ConfigError as TaskConfigError
     from seqssm.tasks import TrainingInterrupted
 
-    assert DataFormatError is errors.DataFormatError and DownloadError is errors.DownloadError
-    assert PretrainedFormatError is errors.PretrainedFormatError and InputShapeError is errors.InputShapeError
+    assert DataFormatError is errors.DataFormatError and PretrainedFormatError is errors.PretrainedFormatError
     assert TaskConfigError is errors.ConfigError
     assert TrainingInterrupted is errors.TrainingInterrupted and not issubclass(TrainingInterrupted, errors.SeqssmError)
 

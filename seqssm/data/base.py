@@ -14,7 +14,7 @@ from seqssm.errors import ConfigError
 
 from .cache import Ragged
 from .collate import PadCollate
-from .errors import path_problem
+from .missing import path_problem
 from .tokenizers import ByteTokenizer
 
 SPLIT_SEED = 42  # S4's seed for held-out validation splits: keeps our splits equal to the published runs

@@ -18,7 +18,7 @@ from pathlib import Path
 from seqssm.arguments import ArgumentParser
 from seqssm.errors import ConfigError
 
-from .errors import path_problem
+from .missing import path_problem
 from .sources import DATASETS
 from .species_splits import DEFAULT_SPECIES
 

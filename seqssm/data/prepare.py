@@ -11,7 +11,7 @@ from pathlib import Path
 
 from seqssm.errors import ConfigError, DataNotFoundError, check_int
 
-from .errors import path_problem
+from .missing import path_problem
 from .extract import unpack
 from .sources import DATASETS, Dataset
 

@@ -27,7 +27,7 @@ from seqssm.errors import DataFormatError
 
 from .base import SeqDataModule
 from .collate import PadCollate
-from .errors import missing
+from .missing import missing
 from .extract import gunzip_file
 from .io import not_utf8
 from .sources import download_command

@@ -6,7 +6,7 @@ import pytest
 
 from seqssm.data import ListOpsDataModule, SpeciesDataModule
 from seqssm.data.cli import main as data_main
-from seqssm.data.errors import missing, path_problem
+from seqssm.data.missing import missing, path_problem
 from seqssm.data.prepare import prepare
 from seqssm.errors import ConfigError
 

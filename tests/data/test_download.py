@@ -11,7 +11,7 @@ import torch
 from seqssm.data import (AANDataModule, CIFAR10DataModule, IMDBDataModule, ListOpsDataModule, PathfinderDataModule,
                          SMNISTDataModule, SpeciesDataModule)
 from seqssm.data import download as dl
-from seqssm.data.errors import CorruptFileError, DigestMismatchError, DownloadError
+from seqssm.errors import CorruptFileError, DigestMismatchError, DownloadError
 from seqssm.data.extract import MARKER, is_complete
 from seqssm.data.sources import DATASETS
 
@@ -265,7 +265,7 @@ def test_cli_download_list_and_one_line_errors(served, tmp_path, capsys):
 
 
 def test_missing_files_name_the_download_command(tmp_path):
-    from seqssm.data.errors import DataNotFoundError
+    from seqssm.errors import DataNotFoundError
 
     with pytest.raises(DataNotFoundError, match=r"seqssm data download cifar10 --data-dir " + str(tmp_path)):
         CIFAR10DataModule(data_dir=tmp_path / "cifar10").setup()
@@ -279,7 +279,7 @@ def test_fit_runs_on_downloaded_imdb(served, tmp_path, monkeypatch):
 
     from seqssm.cli import main
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "lra" / "imdb" / "mamba-s6.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "seqssm" / "recipes" / "lra" / "imdb" / "mamba-s6.yaml"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["seqssm"])
     main(["data", "download", "imdb", "--mirror", served.url])

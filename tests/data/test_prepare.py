@@ -96,7 +96,7 @@ def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
 
 
 def test_truncated_genome_is_rejected(tmp_path):
-    from seqssm.data.errors import DataFormatError
+    from seqssm.errors import DataFormatError
     from seqssm.data.extract import gunzip_file
 
     cut = tmp_path / "chr1.fna.gz"

@@ -16,7 +16,7 @@ from seqssm.errors import ConfigError
 from seqssm.layers import LAYERS, S6, build_layer
 from seqssm.layers.base import map_state
 from seqssm.ops import selective_scan_reference
-from seqssm.ops.checks import InputDtypeError, InputShapeError
+from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.testing import assert_close_states
 
 D = 4

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqssm.models import build
-from seqssm.ops.checks import InputDtypeError, InputShapeError
+from seqssm.errors import InputDtypeError, InputShapeError
 
 VOCAB, D_INPUT = 11, 3
 TINY = dict(d_model=8, n_layers=2, d_state=4, dropout=0.0)

@@ -6,7 +6,7 @@ import torch
 
 from seqssm.cli import main
 from seqssm.models import SequenceModel, build, sample_next
-from seqssm.ops.checks import InputDtypeError, InputShapeError
+from seqssm.errors import InputDtypeError, InputShapeError
 
 VOCAB = 11
 

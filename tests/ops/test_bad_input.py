@@ -9,7 +9,7 @@ from seqssm.ops import (
     causal_conv1d, causal_conv1d_step, dense_kernel, dplr_kernel, fft_conv, linear_scan, s4d_kernel, selective_scan,
     selective_step,
 )
-from seqssm.ops.checks import InputDtypeError, InputShapeError
+from seqssm.errors import InputDtypeError, InputShapeError
 from seqssm.ops.krylov import krylov
 from seqssm.ops.masked import masked_causal_conv1d
 

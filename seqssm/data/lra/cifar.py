@@ -10,7 +10,7 @@ from seqssm.errors import DataFormatError
 
 from ..base import RaggedDataset, holdout_split
 from ..cache import Ragged
-from ..errors import missing
+from ..missing import missing
 from ..images import ImageDataModule, to_gray
 from ..io import check_labels, read_pickle, size_text
 from ..sources import download_command

@@ -17,7 +17,7 @@ from seqssm.files import atomic_write
 
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cache_key, cached_splits, source_stamp
-from ..errors import missing
+from ..missing import missing
 from ..io import read_text
 from ..sources import download_command
 from ..tokenizers import CharVocabulary

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..base import RaggedDataset, SeqDataModule
 from ..cache import cached_splits
-from ..errors import missing
+from ..missing import missing
 from ..io import parse_int_label, read_tsv
 from ..sources import download_command
 from ..tokenizers import ListOpsTokenizer

@@ -13,7 +13,7 @@ from seqssm.errors import DataFormatError
 
 from ..base import RaggedDataset, SPLIT_SEED
 from ..cache import cached_splits
-from ..errors import missing
+from ..missing import missing
 from ..images import ImageDataModule
 from ..io import read_text
 from ..png import read_png

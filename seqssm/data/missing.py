@@ -1,7 +1,4 @@
-"""The wording of a missing dataset: the path, the layout expected there and the command that makes it.
-
-The data errors themselves live in `seqssm.errors`; they are importable from here too.
-"""
+"""The wording of a missing dataset: the path, the layout expected there and the command that makes it."""
 
 from __future__ import annotations
 
@@ -9,16 +6,7 @@ import errno
 import os
 from pathlib import Path
 
-from seqssm.errors import (
-    CorruptFileError,
-    DataFormatError,
-    DataNotFoundError,
-    DigestMismatchError,
-    DownloadError,
-)
-
-__all__ = ["CorruptFileError", "DataFormatError", "DataNotFoundError", "DigestMismatchError", "DownloadError",
-           "missing", "path_problem", "require"]
+from seqssm.errors import DataNotFoundError
 
 
 def path_problem(path: str | Path, folder: bool = False) -> str | None:
@@ -55,10 +43,3 @@ def missing(path: str | Path, layout: str, command: str) -> DataNotFoundError:
         "(see data/README.md for where each dataset comes from)"
     )
 
-
-def require(path: str | Path, layout: str, command: str) -> Path:
-    """Return `path` as a Path if it exists, else raise `missing(...)`."""
-    path = Path(path)
-    if not path.exists():
-        raise missing(path, layout, command)
-    return path
