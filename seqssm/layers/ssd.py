@@ -25,12 +25,13 @@ class SSD(SequenceLayer):
     B, C (n_groups x d_state each) and Δ (one per head) come from one linear map of x; Δ = softplus(. + dt_bias)
     with dt_bias set so that Δ starts log-uniform in [dt_min, dt_max]; A = -exp(A_log), A_log = log of a uniform
     draw in A_init_range; D = 1 (mamba_ssm's Mamba2 initialisation). `scan_projected` and `step_projected` run
-    the SSM on x, Δ, B and C that a block projected itself (Mamba-2's block takes them from its in_proj).
+    the SSM on x, Δ, B and C that a block projected itself (Mamba-2's block takes them from its in_proj, and
+    builds the layer with project=False).
     """
 
     def __init__(self, d_model: int, d_state: int = 64, head_dim: int = 64, n_groups: int = 1,
                  chunk_size: int = SSD_CHUNK, dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
-                 A_init_range: tuple[float, float] = (1.0, 16.0), backend: str = "auto"):
+                 A_init_range: tuple[float, float] = (1.0, 16.0), backend: str = "auto", project: bool = True):
         super().__init__()
         check_sizes("SSD", d_model=d_model, d_state=d_state, head_dim=head_dim, n_groups=n_groups,
                     chunk_size=chunk_size)
@@ -46,7 +47,8 @@ class SSD(SequenceLayer):
             raise ValueError(f"need 0 < A_init_range[0] <= A_init_range[1], got {A_init_range}")
         self.d_model, self.d_state, self.head_dim, self.n_groups = d_model, d_state, head_dim, n_groups
         self.heads, self.chunk_size, self.backend = heads, chunk_size, backend
-        self.in_proj = nn.Linear(d_model, 2 * n_groups * d_state + heads, bias=False)
+        # Mamba-2's block projects x, B, C and Δ together and calls scan_projected: no projection of its own then
+        self.in_proj = nn.Linear(d_model, 2 * n_groups * d_state + heads, bias=False) if project else None
         dt = torch.exp(torch.rand(heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
         self.dt_bias = ssm_param(inverse_softplus(dt.clamp(min=dt_init_floor)))
         self.A_log = ssm_param(torch.log(torch.empty(heads).uniform_(*A_init_range)))
@@ -59,6 +61,9 @@ class SSD(SequenceLayer):
 
     def project(self, x: torch.Tensor):
         """x (..., d_model) -> Δ before its bias (..., heads), B, C (..., n_groups, d_state)."""
+        if self.in_proj is None:
+            raise RuntimeError("this SSD has no projection of its own (project=False): call scan_projected or "
+                               "step_projected with the block's x, Δ, B and C")
         size = self.n_groups * self.d_state
         B, C, dt = promoted_call(self.in_proj, x).split([size, size, self.heads], dim=-1)
         return dt, B.unflatten(-1, (self.n_groups, self.d_state)), C.unflatten(-1, (self.n_groups, self.d_state))

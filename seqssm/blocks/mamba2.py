@@ -1,0 +1,109 @@
+"""The Mamba-2 block (Dao & Gu 2024, "Transformers are SSMs", 7.1), as mamba_ssm's `Mamba2` and transformers'
+`Mamba2Mixer` define it, pre-norm and residual like the Mamba block.
+
+    in_proj(norm(x)) -> z, xBC, Δ;  xBC -> causal conv1d -> SiLU -> x, B, C;  y = SSD(x, Δ, B, C)
+    out = x + out_proj(RMSNorm_groups(y * SiLU(z)))
+
+Unlike Mamba-1, B, C and Δ come from the block's input projection, not from the SSM's input, and the gate is
+normalised (per group of heads) before out_proj.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqssm.blocks.common import make_norm
+from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs
+from seqssm.layers.ssd import SSD
+from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
+from seqssm.ops.masked import masked_causal_conv1d
+from seqssm.ops.ssd import SSD_CHUNK
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm of y * SiLU(z) over groups of `group_size` channels (mamba_ssm's RMSNormGated with
+    norm_before_gate=False): y, z (..., dim) -> (..., dim) in y's dtype, computed in float32."""
+
+    def __init__(self, dim: int, group_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.group_size, self.eps = group_size, eps
+
+    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        h = (y.float() * F.silu(z.float())).unflatten(-1, (-1, self.group_size))
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
+        return self.weight * h.to(y.dtype)
+
+
+class Mamba2Block(SequenceLayer):
+    """Pre-norm residual Mamba-2 block: x (B, L, d_model) -> (B, L, d_model); d_inner = expand x d_model channels
+    in heads of head_dim, d_state per head, B and C shared by n_groups groups of heads. State: (conv state
+    (B, d_inner + 2 n_groups d_state, d_conv - 1), SSD state (B, heads, head_dim, d_state))."""
+
+    def __init__(self, d_model: int, d_state: int = 128, head_dim: int = 64, n_groups: int = 1, expand: int = 2,
+                 d_conv: int = 4, chunk_size: int = SSD_CHUNK, conv_bias: bool = True, proj_bias: bool = False,
+                 rms_norm: bool = True, norm_eps: float = 1e-5, residual_in_fp32: bool = False, backend: str = "auto",
+                 **ssd_kwargs):
+        super().__init__()
+        check_sizes("Mamba2Block", d_model=d_model, expand=expand, d_conv=d_conv)
+        d_inner = expand * d_model
+        self.d_model, self.d_inner, self.residual_in_fp32 = d_model, d_inner, residual_in_fp32
+        self.ssm = SSD(d_inner, d_state, head_dim, n_groups, chunk_size, backend=backend, project=False,
+                       **ssd_kwargs)
+        self.conv_dim = d_inner + 2 * n_groups * d_state
+        self.norm = make_norm(d_model, rms_norm, norm_eps)
+        self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + self.ssm.heads, bias=proj_bias)
+        # An nn.Conv1d only to hold weight (conv_dim, 1, d_conv) and bias in mamba_ssm's layout and init
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, bias=conv_bias)
+        self.gated_norm = GatedRMSNorm(d_inner, d_inner // n_groups, norm_eps)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=proj_bias)
+
+    def _split(self, projected: torch.Tensor):
+        """in_proj's output (..., ·) -> z (..., d_inner), xBC (..., conv_dim), Δ before its bias (..., heads)."""
+        return projected.split([self.d_inner, self.conv_dim, self.ssm.heads], dim=-1)
+
+    def _ssm_inputs(self, xbc: torch.Tensor):
+        """The conv's output after SiLU (..., conv_dim) -> x (..., d_inner), B, C (..., n_groups, d_state)."""
+        size = self.ssm.n_groups * self.ssm.d_state
+        x, B, C = xbc.split([self.d_inner, size, size], dim=-1)
+        return x, B.unflatten(-1, (self.ssm.n_groups, -1)), C.unflatten(-1, (self.ssm.n_groups, -1))
+
+    def _finish(self, residual: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        out = self.out_proj(self.gated_norm(y, z))
+        if self.residual_in_fp32:
+            residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
+        return residual + out
+
+    def _scan(self, x, state, resets, mask):
+        """x (B, L, d_model), state or None, resets / mask (B, L) -> (y (B, L, d_model), state)."""
+        conv_state, ssd_state = (None, None) if state is None else state
+        z, xbc, dt = self._split(self.in_proj(self.norm(x.to(self.norm.weight.dtype))))
+        xbc, conv_state = masked_causal_conv1d(xbc.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias,
+                                               conv_state, resets, mask)
+        u, B, C = self._ssm_inputs(F.silu(xbc).transpose(1, 2))
+        y, ssd_state = self.ssm.scan_projected(u, dt, B, C, ssd_state, resets, mask)
+        return mask_outputs(mask, self._finish(x, y, z)), (conv_state, ssd_state)
+
+    def _forward(self, x, lengths=None):
+        z, xbc, dt = self._split(self.in_proj(self.norm(x.to(self.norm.weight.dtype))))
+        xbc = causal_conv1d(xbc.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias)
+        u, B, C = self._ssm_inputs(F.silu(xbc).transpose(1, 2))
+        return self._finish(x, self.ssm.scan_projected(u, dt, B, C)[0], z)
+
+    def _step(self, x_t, state):
+        """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
+        conv_state, ssd_state = state
+        z, xbc, dt = self._split(self.in_proj(self.norm(x_t.to(self.norm.weight.dtype))))
+        xbc, conv_state = causal_conv1d_step(xbc, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)
+        u, B, C = self._ssm_inputs(F.silu(xbc))
+        y, ssd_state = self.ssm.step_projected(u, dt, B, C, ssd_state)
+        return self._finish(x_t, y, z), (conv_state, ssd_state)
+
+    def initial_state(self, batch_size: int, device=None, dtype=None):
+        """(zeros (batch_size, conv_dim, d_conv - 1) in the weights' dtype, the SSD's initial state)."""
+        w = self.conv1d.weight
+        conv = torch.zeros(batch_size, self.conv_dim, w.shape[-1] - 1, device=device or w.device,
+                           dtype=dtype or w.dtype)
+        return conv, self.ssm.initial_state(batch_size, device=device or w.device, dtype=dtype)

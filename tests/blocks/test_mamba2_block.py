@@ -1,0 +1,48 @@
+"""The Mamba-2 block: the layer contract (forward, scan with state, resets and masks, step), its SSD layer without
+a projection of its own, and equality with transformers' Mamba2Mixer (torch path) given the same weights."""
+
+import pytest
+import torch
+
+from seqssm.blocks.mamba2 import Mamba2Block
+from seqssm.layers.ssd import SSD
+from seqssm.testing import check_layer_contract
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+def test_mamba2_block_contract(n_groups):
+    block = Mamba2Block(8, d_state=4, head_dim=4, n_groups=n_groups, chunk_size=4).double()
+    check_layer_contract(block, d_in=8)
+
+
+def test_mamba2_block_equals_transformers_mamba2_mixer():
+    modeling = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+    from transformers import Mamba2Config
+
+    torch.manual_seed(0)
+    d_model, heads, head_dim, n, groups = 16, 4, 8, 8, 2
+    block = Mamba2Block(d_model, d_state=n, head_dim=head_dim, n_groups=groups, chunk_size=8)
+    with torch.no_grad():  # weights away from their init, so that a swapped one shows
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    config = Mamba2Config(hidden_size=d_model, num_heads=heads, head_dim=head_dim, state_size=n, n_groups=groups,
+                          expand=2, conv_kernel=4, chunk_size=8, use_bias=False, use_conv_bias=True,
+                          layer_norm_epsilon=1e-5, num_hidden_layers=1, vocab_size=8)
+    mixer = modeling.Mamba2Mixer(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for ours, theirs in [(block.in_proj.weight, mixer.in_proj.weight), (block.conv1d.weight, mixer.conv1d.weight),
+                             (block.conv1d.bias, mixer.conv1d.bias), (block.ssm.dt_bias, mixer.dt_bias),
+                             (block.ssm.A_log, mixer.A_log), (block.ssm.D, mixer.D),
+                             (block.gated_norm.weight, mixer.norm.weight), (block.out_proj.weight, mixer.out_proj.weight)]:
+            theirs.copy_(ours)
+    x = torch.randn(2, 21, d_model)
+    with torch.no_grad():
+        expected = x + mixer(block.norm(x))
+        torch.testing.assert_close(block(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_ssd_without_its_projection_says_what_to_call():
+    layer = SSD(8, d_state=4, head_dim=4, project=False)
+    assert layer.in_proj is None
+    with pytest.raises(RuntimeError, match="call scan_projected or step_projected"):
+        layer(torch.randn(1, 3, 8))
