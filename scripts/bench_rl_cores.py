@@ -11,7 +11,7 @@ median over runs is reported with each core's ratio to S5. van Gelooven 2025 the
 GRU run take 3.0x as long as an S5 run, with the PPO shape of its table 4.2 (unroll 1024, 30 epochs;
 8 minibatches per Lu et al. 2023, table 3), which are the defaults here; the number of environments (64
 there) and the widths are cut to CPU size. `--unroll 128 --epochs 4 --minibatches 4` is the shape
-of the CPU recipes under recipes/rl/, where rollouts take a larger share of the time.
+of the CPU recipes under rl/ (seqssm/recipes/rl/), where rollouts take a larger share of the time.
 
 Latency: an agent steps through one long episode (no resets, random observations) and the mean
 time of `act` is taken in windows at growing episode lengths. A fixed-size state makes it flat:

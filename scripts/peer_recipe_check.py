@@ -14,7 +14,7 @@ L=300): the same kernel and block outputs to the last bit; that code is not ship
 example.py steps its cosine once per epoch over 100 epochs; for runs shorter than an epoch the peer here
 steps it once per optimizer step over the run, the same curve at this length.
 
-    python scripts/peer_recipe_check.py --recipe recipes/smnist/cpu/simple-s4d.yaml --data_dir data/mnist \\
+    python scripts/peer_recipe_check.py --recipe smnist/cpu/simple-s4d --data_dir data/mnist \\
         --steps 600 --threads 1 --seed 0
 
 Both models see the recipe's DataModule (the same files, split, permutation and batch size; each shuffles with
@@ -35,6 +35,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from seqssm.errors import RecipeError
+from seqssm.recipes import find_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,7 +224,8 @@ def train_recipe(cli, steps: int) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="recipes/smnist/cpu/simple-s4d.yaml", help="a seqssm sMNIST / psMNIST recipe")
+    p.add_argument("--recipe", default="smnist/cpu/simple-s4d",
+                   help="a seqssm sMNIST / psMNIST recipe: a packaged recipe's name or a file")
     p.add_argument("--data_dir", default="data/mnist", help="folder of the four MNIST IDX files")
     p.add_argument("--steps", type=int, default=600, help="optimizer steps for each model")
     p.add_argument("--seed", type=int, default=0)
@@ -242,8 +246,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--steps must be >= 1, got {args.steps}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
-    if not Path(args.recipe).is_file():
-        p.error(f"--recipe {args.recipe}: no such file")
+    try:
+        args.recipe = str(find_recipe(args.recipe))
+    except RecipeError as e:
+        p.error(f"--recipe: {e}")
     return args
 
 

@@ -1,8 +1,8 @@
 """Off-policy outcomes (issue 10) on CPU budgets: runs the SAC recipes, then writes JSON results and PNG plots.
 
-    python scripts/rl_outcomes_offpolicy.py best_arm --cores kalman vssm gru   # recipes/rl/sac/best_arm/<core>.yaml
-    python scripts/rl_outcomes_offpolicy.py in_context --cores s5 gru          # recipes/rl/sac/in_context_cartpole/
-    python scripts/rl_outcomes_offpolicy.py memory_length --lengths 8 16 32 64 # recipes/rl/sac/memory_length/s5.yaml
+    python scripts/rl_outcomes_offpolicy.py best_arm --cores kalman vssm gru   # rl/sac/best_arm/<core>
+    python scripts/rl_outcomes_offpolicy.py in_context --cores s5 gru          # rl/sac/in_context_cartpole/
+    python scripts/rl_outcomes_offpolicy.py memory_length --lengths 8 16 32 64 # rl/sac/memory_length/s5
     python scripts/rl_outcomes_offpolicy.py report                             # JSON + PNG from finished runs only
 
 A run whose summary.json exists is not repeated (--force repeats it). Results go to
@@ -15,8 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
+from seqssm.recipes import recipes_root
+
 RUNS = Path("runs/rl/sac")
-RECIPES = Path("recipes/rl/sac")
+RECIPES = recipes_root() / "rl" / "sac"
 OUT = RUNS / "outcomes"
 SOLVED = 0.9  # memory length: greedy accuracy over the evaluation episodes
 

@@ -17,8 +17,8 @@ in the DMC and POPGym columns and not in BestArm's, whose small heads leave the 
 vSSM+KF-u, N spread over Mamba's channels, d_ff) set to the count nearest vSSM+KF's; exit status 1 if one
 lands outside --tolerance.
 
-lu2023: every recipe under recipes/rl/popgym_lu2023, built for its environment: the core's and the whole
-agent's trainable parameters, and the core's count over the GRU core's (Lu et al. 2023, appendix C: S5 "sized
+lu2023: every recipe under rl/popgym_lu2023 (seqssm/recipes/rl/popgym_lu2023), built for its environment: the
+core's and the whole agent's trainable parameters, and the core's count over the GRU core's (Lu et al. 2023, appendix C: S5 "sized
 to approximately the same number of parameters as the GRU").
 """
 
@@ -31,13 +31,13 @@ from pathlib import Path
 import yaml
 from gymnasium import spaces
 
+from seqssm.recipes import recipes_root
 from seqssm.rl.agent import build_agent
 from seqssm.rl.config import RunConfig
 from seqssm.rl.envs import EnvConfig, make_env
 from seqssm.rl.offpolicy import HistoryEncoderConfig, RACConfig, SACAgent
 
-REPO = Path(__file__).resolve().parents[1]
-LU2023 = REPO / "recipes" / "rl" / "popgym_lu2023"
+LU2023 = recipes_root() / "rl" / "popgym_lu2023"
 
 BASELINES = {"vSSM": "vssm", "vSSM+KF": "kalman", "vSSM+KF-u": "kalman_u", "Mamba": "mamba", "GRU": "gru",
              "vTransformer": "transformer", "Oracle": "none", "Memoryless": "none"}
@@ -151,7 +151,7 @@ def kalman_main(args) -> int:
 
 
 def lu2023_rows() -> list[dict]:
-    """One row per recipe under recipes/rl/popgym_lu2023: env, core, core and agent parameter counts."""
+    """One row per recipe under rl/popgym_lu2023: env, core, core and agent parameter counts."""
     rows = []
     for path in sorted(LU2023.glob("*/*.yaml")):
         config = RunConfig.from_dict(yaml.safe_load(path.read_text()))
@@ -168,7 +168,7 @@ def lu2023_main(args) -> int:
     """Print the Lu et al. 2023 recipes' counts."""
     rows = lu2023_rows()
     gru = {r["env"]: r["core_params"] for r in rows if r["core"] == "gru"}
-    print("Lu et al. 2023 recipes (recipes/rl/popgym_lu2023): trainable parameters")
+    print("Lu et al. 2023 recipes (rl/popgym_lu2023): trainable parameters")
     print(f"  {'env':32s} {'core':16s} {'core':>10s} {'agent':>10s}  {'core / GRU core':>15s}")
     for r in rows:
         ratio = r["core_params"] / gru[r["env"]] if r["env"] in gru else float("nan")

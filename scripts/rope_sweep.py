@@ -1,13 +1,13 @@
-"""Run the RoPE grid of Ulbaek 2024 thesis, 14.3.2, on a recipe of recipes/rope/.
+"""Run the RoPE grid of Ulbaek 2024 thesis, 14.3.2, on a recipe of rope/ (seqssm/recipes/rope/).
 
 Grid: base {10, 10000} x trainable θ {no, yes} x normalisation {no, yes (the rotation between the
 first and last token of a `max_length`-token sequence is π)}; for S6 also every non-empty subset of
 the SSP inputs that see RoPE(x): {x, B, C, Δ}. Plus the baseline without RoPE.
 Each point gets its own config (written next to its run) and is trained with `seqssm fit`.
 
-    python scripts/rope_sweep.py recipes/rope/imdb/mamba-s6.yaml --dry-run     # list the points
-    python scripts/rope_sweep.py recipes/rope/imdb/mamba-s6.yaml --only 0 5    # run points 0 and 5
-    python scripts/rope_sweep.py recipes/rope/imdb/mamba-s6.yaml -- --trainer.devices 2   # extra fit arguments
+    python scripts/rope_sweep.py rope/imdb/mamba-s6 --dry-run                 # list the points
+    python scripts/rope_sweep.py rope/imdb/mamba-s6 --only 0 5                # run points 0 and 5
+    python scripts/rope_sweep.py rope/imdb/mamba-s6 -- --trainer.devices 2   # extra fit arguments
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from seqssm.recipes import read_recipe
+from seqssm.recipes import find_recipe, read_recipe
 
 S6_TARGETS = ("x", "B", "C", "delta")
 
@@ -53,7 +53,7 @@ def point_config(recipe: dict, name: str, rope: dict | None) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipe", type=Path, help="a recipes/rope/<task>/<model>.yaml")
+    parser.add_argument("recipe", help="a packaged recipe rope/<task>/<model>, or a recipe file")
     parser.add_argument("--only", type=int, nargs="*", help="indices of the points to run (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="list the points and commands, run nothing")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(extra) - (1 if "--" in argv else 0)])
 
-    recipe = read_recipe(args.recipe)  # its bases merged in: each point's config stands alone
+    recipe = read_recipe(find_recipe(args.recipe))  # its bases merged in: each point's config stands alone
     model = recipe["model"]["init_args"]["model"]
     max_length = recipe["data"]["init_args"].get("max_length") or 1024
     points = grid(selective=model.startswith("mamba-s6"), max_length=max_length)

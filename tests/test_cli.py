@@ -142,7 +142,7 @@ def bad_inputs(workdir):
 
 
 REPO = Path(__file__).resolve().parents[1]
-RL_RECIPE = str(REPO / "recipes" / "rl" / "repeat_first_easy" / "s5.yaml")
+RL_RECIPE = str(REPO / "seqssm" / "recipes" / "rl" / "repeat_first_easy" / "s5.yaml")
 CASES = [  # (command line, words of the one error line)
     (["export", "nothere.ckpt", "out"], "checkpoint: no checkpoint file at nothere.ckpt"),
     (["export", "garbage.ckpt", "out"], "garbage.ckpt: unreadable: truncated, or not a file that torch.save wrote"),

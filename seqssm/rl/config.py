@@ -1,4 +1,4 @@
-"""One RL run's configuration (what a recipe under recipes/rl/ says) and its validation.
+"""One RL run's configuration (what a recipe under seqssm/recipes/rl/ says) and its validation.
 
 Every config dataclass may declare the valid range of its numeric fields in `LIMITS` (">= 1", "> 0",
 "[0, 1]", "(0, 1]", ...; for a list, of each entry) and cross-field rules in a `check()` method;

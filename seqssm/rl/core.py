@@ -48,7 +48,7 @@ class CoreConfig:
     primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). ssm_lr_scale: the fraction of the learning rate
     the layers' SSM parameters train at (None: each layer's own, e.g. S5's 0.2; 1.0: one learning rate for all,
     as Lu et al. 2023, table 3). Defaults: Lu et al. 2023, table 3 (4 S5 layers of width 256); the CPU recipes
-    under recipes/rl/ are much smaller.
+    under seqssm/recipes/rl/ are much smaller.
     """
 
     LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "dropout": "[0, 1)",

@@ -14,7 +14,7 @@ from seqssm.data import DataFormatError, DataNotFoundError, SPECIES_SPLITS, Spec
 from seqssm.data.generators.genome import SYNTHETIC_MARKER
 from seqssm.data.species import find_chromosome
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "seqssm" / "recipes"
 
 
 def write_species(root, length=200, species="human"):

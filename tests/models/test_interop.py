@@ -364,7 +364,7 @@ def test_convert_command(lm_dir, tmp_path, capsys):
 
 
 def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
-    """`seqssm fit` with recipes/finetune/mamba_imdb.yaml, shrunk: init_from a Hugging Face folder, fresh head."""
+    """`seqssm fit` with the recipe finetune/mamba_imdb, shrunk: init_from a Hugging Face folder, fresh head."""
     from pathlib import Path
 
     from seqssm.cli import make_cli
@@ -372,7 +372,7 @@ def test_finetune_recipe_classifies_with_an_imported_lm(lm_dir, tmp_path):
     from seqssm.models.interop import architecture_overrides
 
     data = write_imdb_standin(tmp_path / "imdb", n=12)
-    recipe = Path(__file__).parents[2] / "recipes" / "finetune" / "mamba_imdb.yaml"
+    recipe = Path(__file__).parents[2] / "seqssm" / "recipes" / "finetune" / "mamba_imdb.yaml"
     overrides = architecture_overrides(SequenceModel.from_pretrained(lm_dir).config)
     cli = make_cli([
         "fit", "--config", str(recipe), "--model.init_args.model_overrides", json.dumps(overrides),

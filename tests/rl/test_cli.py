@@ -18,12 +18,12 @@ from seqssm.recipes import read_recipe
 from seqssm.rl import runner
 from seqssm.rl.runner import build, check_env
 
-RECIPES = sorted(Path("recipes/rl").rglob("*.yaml"))
+RECIPES = sorted(Path("seqssm/recipes/rl").rglob("*.yaml"))
 # the arms of the RL reproductions, each `_base_: base.yaml`; mlp.yaml's `layer: none` is the reproduce worker's own
 # memoryless core (seqssm.study.reproduce.work.Memoryless), not a `seqssm rl` layer; claim.yaml (the comparisons)
 # and full.yaml (the source's settings) are no arms
 REPRODUCE_ARMS = sorted(p for claim in ("repeat-previous", "memory-corridor", "best-arm", "memory-length")
-                        for p in Path("recipes/reproduce", claim).glob("*.yaml")
+                        for p in Path("seqssm/recipes/reproduce", claim).glob("*.yaml")
                         if p.name not in ("base.yaml", "smoke.yaml", "sweep.yaml", "mlp.yaml", "claim.yaml",
                                           "full.yaml"))
 TINY_PPO = ["--ppo.total_steps", "512", "--ppo.num_envs", "4", "--ppo.unroll", "64", "--ppo.minibatches", "2",
@@ -68,7 +68,7 @@ def test_the_algorithm_is_read_like_every_other_key(tmp_path):
     assert algorithm_of(["--config", str(sac)]) == "sac"
     assert algorithm_of(["--config", str(sac), "--algorithm", "ppo"]) == "ppo"
     assert algorithm_of(["--algorithm=sac", "--agent.encoder.kind", "gru", "--help"]) == "sac"
-    assert algorithm_of(["--config", "recipes/rl/repeat_first_easy/s5.yaml", "--config", str(sac)]) == "sac"
+    assert algorithm_of(["--config", "seqssm/recipes/rl/repeat_first_easy/s5.yaml", "--config", str(sac)]) == "sac"
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
@@ -93,7 +93,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--ppo.num_envs", "100000000"], "the ppo run would need about "),
 ])
 def test_bad_ppo_options_are_one_line_with_exit_code_2(args, message, capsys, tmp_path):
-    code, err = run_cli(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", "--out_dir", str(tmp_path / "r"),
+    code, err = run_cli(["rl", "--config", "rl/repeat_first_easy/s5", "--out_dir", str(tmp_path / "r"),
                          *args], capsys)
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
@@ -110,15 +110,15 @@ def tiny_config(recipe: str, *args: str) -> RunConfig:
 @pytest.mark.parametrize("recipe, args, per_env, environments", [
     # PPO on RepeatFirstEasy: 4 envs x 64 steps of obs (4 + one-hot previous action 4 + reward + start flag = 10
     # floats), a Discrete action (8 B), a done flag and 5 floats; plus 2 core states per env (added below)
-    ("recipes/rl/repeat_first_easy/s5.yaml", TINY_PPO, 4 * (64 * (4 * 10 + 8 + 1 + 20)),
+    ("seqssm/recipes/rl/repeat_first_easy/s5.yaml", TINY_PPO, 4 * (64 * (4 * 10 + 8 + 1 + 20)),
      (4, "--ppo.num_envs 4 environments")),
     # SAC: min(buffer_size, total_steps) transitions of obs, one-hot action and reward (float32); it evaluates
     # min(--eval.num_envs 3, 100 episodes) environments beside its 8 training ones
-    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "3"], None,
+    ("seqssm/recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "3"], None,
      (11, "--sac.num_envs 8 + 3 evaluating environments")),
     # the final evaluation runs alone, after training: 20 of its environments are more than 8 + 3
-    ("recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "20",
-                                             "--eval.episodes", "3", "--final_eval.episodes", "40"], None,
+    ("seqssm/recipes/rl/sac/best_arm/kalman.yaml", ["--sac.total_steps", "1000", "--eval.num_envs", "20",
+                                                    "--eval.episodes", "3", "--final_eval.episodes", "40"], None,
      (20, "20 environments of the final evaluation (--eval.num_envs, --final_eval.episodes)")),
 ])
 def test_buffers_that_cannot_fit_in_memory_are_refused_with_the_estimate(monkeypatch, recipe, args, per_env,
@@ -157,7 +157,7 @@ def restore_threads():
 
 def test_rl_eval_refuses_more_environments_than_fit(monkeypatch, capsys, tmp_path, restore_threads):
     out = tmp_path / "run"
-    main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--ppo.total_steps", "256",
+    main(["rl", "--config", "rl/repeat_first_easy/s5", *TINY_PPO, "--ppo.total_steps", "256",
           "--out_dir", str(out)])
     monkeypatch.setattr(runner, "available_memory", lambda device: 10**6)
     # Before: finding the divisor of 10^8 episodes looped 10^8 times, then 10^8 environments were built
@@ -181,26 +181,26 @@ def test_rl_runs_on_one_cpu_thread_unless_threads_says_otherwise(restore_threads
 
 
 def test_the_gpu_sized_paper_recipes_set_one_thread_too():
-    recipes = sorted(Path("recipes/rl/popgym_lu2023").rglob("*.yaml"))
+    recipes = sorted(Path("seqssm/recipes/rl/popgym_lu2023").rglob("*.yaml"))
     assert len(recipes) >= 20 and all(yaml.safe_load(r.read_text())["threads"] == 1 for r in recipes)
 
 
 def test_bad_sac_and_eval_options_are_one_line_with_exit_code_2(capsys, tmp_path):
-    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--sac.num_envs", "-2"], capsys)
+    code, err = run_cli(["rl", "--config", "rl/sac/best_arm/kalman", "--sac.num_envs", "-2"], capsys)
     assert code == 2 and "--sac.num_envs = -2 is out of range: must be >= 1" in err
-    code, err = run_cli(["rl-eval", "recipes/rl/sac/best_arm/kalman.yaml", "--episodes", "0"], capsys)
+    code, err = run_cli(["rl-eval", "seqssm/recipes/rl/sac/best_arm/kalman.yaml", "--episodes", "0"], capsys)
     assert code == 2 and "--episodes = 0 is out of range: must be >= 1" in err
-    code, err = run_cli(["rl-eval", "recipes/rl/sac/best_arm/kalman.yaml"], capsys)
+    code, err = run_cli(["rl-eval", "seqssm/recipes/rl/sac/best_arm/kalman.yaml"], capsys)
     assert code == 2 and "unreadable" in err and "weights_only" not in err
-    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--final_eval.sets", "[odd]"], capsys)
+    code, err = run_cli(["rl", "--config", "rl/sac/best_arm/kalman", "--final_eval.sets", "[odd]"], capsys)
     assert code == 2 and "--final_eval.sets: ['odd'] not in env.eval_sets (['in_dist', 'ood'])" in err
-    code, err = run_cli(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--algorithm", "dqn"], capsys)
+    code, err = run_cli(["rl", "--config", "rl/sac/best_arm/kalman", "--algorithm", "dqn"], capsys)
     assert code == 2 and "algorithm" in err  # the parser's own message
 
 
 def test_ppo_trains_checkpoints_evaluates_and_keeps_finished_runs(tmp_path, capsys, restore_threads):
     out = tmp_path / "run"
-    summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--out_dir", str(out)])
+    summary = main(["rl", "--config", "rl/repeat_first_easy/s5", *TINY_PPO, "--out_dir", str(out)])
     assert "torch CPU threads: 1 (as threads sets; --threads N changes it)" in capsys.readouterr().out
     assert summary["steps"] == 512 and summary["env"] == "RepeatFirstEasy" and summary["algorithm"] == "ppo"
     assert summary["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")  # --device auto
@@ -238,7 +238,7 @@ def test_core_init_from_says_it_replaces_the_recipes_core_and_records_the_core_b
 
     save_pretrained(build("mamba-s6", vocab_size=8, n_classes=2, d_model=8, n_layers=2, d_state=4), tmp_path / "mamba")
     out = tmp_path / "run"
-    summary = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--ppo.total_steps", "256",
+    summary = main(["rl", "--config", "rl/repeat_first_easy/s5", *TINY_PPO, "--ppo.total_steps", "256",
                     "--agent.core_init_from", str(tmp_path / "mamba"), "--out_dir", str(out)])
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--agent.core_init_from")]
     assert said == [f"--agent.core_init_from {tmp_path / 'mamba'}: the core is that model's backbone (layer s6, block "
@@ -252,7 +252,7 @@ def test_core_init_from_says_it_replaces_the_recipes_core_and_records_the_core_b
 
 def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
     out = tmp_path / "sac"
-    summary = main(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--agent.encoder.kind", "vssm",
+    summary = main(["rl", "--config", "rl/sac/best_arm/kalman", "--agent.encoder.kind", "vssm",
                     "--agent.encoder.d_model", "8", "--agent.encoder.d_state", "8", "--agent.actor", "[16]",
                     "--agent.critic", "[16]", "--env.kwargs", "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64",
                     "--sac.num_envs", "4", "--sac.batch_size", "4", "--sac.context", "8", "--sac.learning_starts", "16",
@@ -274,12 +274,12 @@ def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
 
 @pytest.mark.gpu
 def test_ppo_and_sac_update_on_cuda_and_evaluate_there(tmp_path):
-    ppo = main(["rl", "--config", "recipes/rl/repeat_first_easy/s5.yaml", *TINY_PPO, "--device", "cuda",
+    ppo = main(["rl", "--config", "rl/repeat_first_easy/s5", *TINY_PPO, "--device", "cuda",
                 "--out_dir", str(tmp_path / "ppo")])
     assert ppo["device"] == "cuda:0" and ppo["steps"] == 512
     result = main(["rl-eval", str(tmp_path / "ppo" / "last.pt"), "--episodes", "4", "--device", "cuda"])
     assert result["episodes"] == 4
-    sac = main(["rl", "--config", "recipes/rl/sac/best_arm/kalman.yaml", "--agent.encoder.d_model", "8",
+    sac = main(["rl", "--config", "rl/sac/best_arm/kalman", "--agent.encoder.d_model", "8",
                 "--agent.encoder.d_state", "8", "--agent.actor", "[16]", "--agent.critic", "[16]", "--env.kwargs",
                 "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64", "--sac.num_envs", "4", "--sac.batch_size", "4",
                 "--sac.context", "8", "--sac.learning_starts", "16", "--device", "cuda",

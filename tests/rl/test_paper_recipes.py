@@ -1,8 +1,8 @@
 """The recipes of the RL papers' comparisons. Lu et al. 2023 ("Structured State Space Models for In-Context
-Reinforcement Learning"), table 5 (recipes/rl/popgym_lu2023): table 3's settings exactly, the paper's POPGym
+Reinforcement Learning"), table 5 (seqssm/recipes/rl/popgym_lu2023): table 3's settings exactly, the paper's POPGym
 environments, S5 sized to the GRU's parameter count (appendix C), each recipe one shrunk update on CPU. The
 Kalman-layer paper ("Uncertainty Representations in State-Space Layers for Deep Reinforcement Learning under
-Partial Observability"), 5.1 (recipes/rl/sac/best_arm): one latent size N = 128 for every stateful encoder."""
+Partial Observability"), 5.1 (seqssm/recipes/rl/sac/best_arm): one latent size N = 128 for every stateful encoder."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from seqssm.rl.config import RunConfig
 from seqssm.rl.envs import make_env
 
 REPO = Path(__file__).parents[2]
-LU2023 = REPO / "recipes" / "rl" / "popgym_lu2023"
+LU2023 = REPO / "seqssm" / "recipes" / "rl" / "popgym_lu2023"
 ENVS = {  # recipe folder -> (POPGym 1.0 class, what makes it the paper's task)
     "stateless_cartpole_hard": ("PositionOnlyCartPoleHard", {"max_episode_length": 600}),
     "noisy_stateless_cartpole_hard": ("NoisyPositionOnlyCartPoleHard", {"max_episode_length": 200, "noise": 0.3}),
@@ -133,7 +133,7 @@ def test_each_recipe_runs_one_shrunk_update(recipe, tmp_path):
 def test_the_kalman_layer_papers_baselines_share_one_latent_size():
     script = param_counts_script()
     sizes = {}
-    for path in sorted((REPO / "recipes/rl/sac/best_arm").glob("*.yaml")):
+    for path in sorted((REPO / "seqssm/recipes/rl/sac/best_arm").glob("*.yaml")):
         encoder = yaml.safe_load(path.read_text())["agent"]["encoder"]
         sizes[path.stem] = script.latent_size({"d_state": 128, **encoder})
         assert encoder["d_model"] == 16
@@ -145,14 +145,14 @@ def test_the_kalman_layer_papers_baselines_share_one_latent_size():
 
 
 def test_the_former_sizes_stay_as_a_variant():
-    """recipes/rl/sac/best_arm_matched_params: the sizes `rl_param_counts.py kalman --sizing matched --d_state 32`
+    """rl/sac/best_arm_matched_params: the sizes `rl_param_counts.py kalman --sizing matched --d_state 32`
     finds (each other baseline's knob set to the count nearest vSSM+KF's at N = 32), all within 10%."""
     rows = param_counts_script().kalman_rows(16, 32, "matched")["BestArm"]
     for row in rows:
         if row["encoder"]["kind"] == "none":
             continue
         kind = row["encoder"]["kind"]
-        given = yaml.safe_load((REPO / f"recipes/rl/sac/best_arm_matched_params/{kind}.yaml").read_text())
+        given = yaml.safe_load((REPO / f"seqssm/recipes/rl/sac/best_arm_matched_params/{kind}.yaml").read_text())
         given = given["agent"]["encoder"]
         assert {k: row["encoder"][k] for k in given if k in row["encoder"]} == {k: v for k, v in given.items()
                                                                                  if k in row["encoder"]}

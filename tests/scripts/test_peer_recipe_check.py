@@ -143,7 +143,7 @@ def test_channel_dropout_drops_whole_channels(prc):
 def test_script_trains_both_on_the_mnist_standin(prc, tmp_path, capsys):
     data = write_mnist_standin(tmp_path / "mnist", n_train=40, n_test=24)
     out = tmp_path / "result.json"
-    results = prc.main(["--recipe", str(REPO / "recipes/smnist/cpu/simple-s4d.yaml"), "--data_dir", str(data),
+    results = prc.main(["--recipe", str(REPO / "seqssm/recipes/smnist/cpu/simple-s4d.yaml"), "--data_dir", str(data),
                         "--steps", "3", "--json", str(out), "--data.init_args.batch_size", "8"])
     printed = capsys.readouterr().out
     assert "3 steps of batch 8" in printed and "seqssm recipe" in printed and "peer: S4 example.py" in printed
@@ -161,5 +161,6 @@ def test_script_refuses_bad_arguments(prc, capsys):
         prc.main(["--steps", "0"])
     assert "--steps must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        prc.main(["--recipe", "recipes/nowhere.yaml"])
-    assert "no such file" in capsys.readouterr().err
+        prc.main(["--recipe", "smnist/cpu/simple-s4e"])
+    assert "no recipe file or packaged recipe 'smnist/cpu/simple-s4e'; did you mean smnist/cpu/simple-s4d" \
+        in capsys.readouterr().err

@@ -16,7 +16,7 @@ from seqssm.study.species import PRESETS, Preset, SpeciesStudy, StudyError
 from seqssm.tasks import Classification, MaskedLM, NextTokenPrediction
 from seqssm.recipes import read_recipe
 
-RECIPES = Path(__file__).parents[2] / "recipes" / "species"
+RECIPES = Path(__file__).parents[2] / "seqssm" / "recipes" / "species"
 TINY = Preset(
     lengths=(32,), widths={"causal": 16, "bidirectional": 12},
     overrides={"all": {"trainer": {"max_steps": 4, "max_epochs": 2},

@@ -64,7 +64,8 @@ def print_config(args: list[str], capsys) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("recipe", ["recipes/lra/pathx/simple-s4.yaml", "recipes/species/pretrain_mlm_bi.yaml"])
+@pytest.mark.parametrize("recipe", ["seqssm/recipes/lra/pathx/simple-s4.yaml",
+                                    "seqssm/recipes/species/pretrain_mlm_bi.yaml"])
 def test_the_cli_reads_a_recipe_as_its_merged_settings(recipe, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["seqssm"])
     monkeypatch.chdir(tmp_path)  # jsonargparse resolves the bases, from any working directory
@@ -74,7 +75,7 @@ def test_the_cli_reads_a_recipe_as_its_merged_settings(recipe, tmp_path, monkeyp
 
 
 def test_a_recipe_on_a_base_trains_what_it_says(tmp_path, monkeypatch):
-    base = write(tmp_path / "suite" / "base.yaml", f"_base_: {REPO / 'recipes' / 'quickstart.yaml'}\n"
+    base = write(tmp_path / "suite" / "base.yaml", f"_base_: {REPO / 'seqssm' / 'recipes' / 'quickstart.yaml'}\n"
                                                    "model: {init_args: {model_overrides: {n_layers: 1}}}\n")
     recipe = write(tmp_path / "suite" / "run" / "mamba-s4d.yaml",
                    f"_base_: ../{base.name}\nmodel: {{init_args: {{model: mamba-s4d, lr: 0.02}}}}\n")

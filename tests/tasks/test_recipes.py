@@ -11,28 +11,31 @@ from seqssm.tasks import SequenceTask
 from seqssm.recipes import read_recipe
 
 REPO = Path(__file__).parents[2]
-# LightningCLI recipes of the training studies; recipes/rl (seqssm rl) and recipes/finetune (an imported
+PACKAGED = REPO / "seqssm" / "recipes"
+# LightningCLI recipes of the training studies; seqssm/recipes/rl (seqssm rl) and seqssm/recipes/finetune (an imported
 # Hugging Face folder) are checked by their own tests.
 STUDIES = ("lra", "smnist", "rope", "bidirectional")
-RECIPES = ["recipes/quickstart.yaml"] + sorted(
-    str(p.relative_to(REPO)) for study in STUDIES for p in (REPO / "recipes" / study).rglob("*.yaml")
+RECIPES = ["seqssm/recipes/quickstart.yaml"] + sorted(
+    str(p.relative_to(REPO)) for study in STUDIES for p in (REPO / "seqssm" / "recipes" / study).rglob("*.yaml")
     if p.name != "base.yaml")
 STUDY_MODELS = ["simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6"]
 LRA_TASKS = ["imdb", "listops", "aan", "cifar_num", "cifar_cat", "pathfinder_num", "pathfinder_cat", "pathx"]
 
 
 def test_recipe_set_is_complete():
-    expected = {f"recipes/lra/{t}/{m}.yaml" for t in LRA_TASKS for m in STUDY_MODELS}
-    expected |= {f"recipes/bidirectional/{t}/{m}{v}.yaml" for t in ("imdb", "cifar_num")
+    expected = {f"seqssm/recipes/lra/{t}/{m}.yaml" for t in LRA_TASKS for m in STUDY_MODELS}
+    expected |= {f"seqssm/recipes/bidirectional/{t}/{m}{v}.yaml" for t in ("imdb", "cifar_num")
                  for m in ("mamba-s4d", "mamba-s6") for v in ("", "-bi", "-placebo", "-sm")}
-    expected |= {"recipes/quickstart.yaml"}
+    expected |= {"seqssm/recipes/quickstart.yaml"}
     assert expected <= set(RECIPES)
-    assert any(r.startswith("recipes/smnist/") for r in RECIPES)
-    assert {"recipes/smnist/cpu/simple-s4d.yaml", "recipes/smnist/cpu/simple-s4d-permuted.yaml"} <= set(RECIPES)
+    assert any(r.startswith("seqssm/recipes/smnist/") for r in RECIPES)
+    assert {"seqssm/recipes/smnist/cpu/simple-s4d.yaml",
+            "seqssm/recipes/smnist/cpu/simple-s4d-permuted.yaml"} <= set(RECIPES)
     # issue 28: a CPU-sized variant per suite, measured in recipes/README.md
-    assert {f"recipes/lra/cpu/{t}-simple-s4d.yaml" for t in ("imdb", "listops", "cifar_num", "pathfinder")} <= set(RECIPES)
-    assert (REPO / "recipes/species/cpu/finetune.yaml").is_file()
-    assert any(r.startswith("recipes/rope/") for r in RECIPES)
+    assert {f"seqssm/recipes/lra/cpu/{t}-simple-s4d.yaml"
+            for t in ("imdb", "listops", "cifar_num", "pathfinder")} <= set(RECIPES)
+    assert (REPO / "seqssm/recipes/species/cpu/finetune.yaml").is_file()
+    assert any(r.startswith("seqssm/recipes/rope/") for r in RECIPES)
 
 
 @pytest.fixture(autouse=True)
@@ -75,13 +78,13 @@ def test_recipe_builds(recipe, monkeypatch, imdb_dir):
     assert task.hparams.n_classes == data.n_classes
     assert task.model.head.out_features == data.n_classes
     assert sum(p.numel() for p in task.model.parameters()) > 0
-    if recipe == "recipes/quickstart.yaml":
+    if recipe == "seqssm/recipes/quickstart.yaml":
         return
     # Ulbaek 2024's settings (recipes/README.md): 12.2.4 initialisation, 12.1.4 dropout place, S4's IMDB characters;
     # sMNIST is no thesis task: S4's initialisation (S4D-Lin for S4D) and S4's example.py optimiser settings
     block = task.model.config.block
     hp = task.hparams
-    if recipe.startswith("recipes/smnist/"):
+    if recipe.startswith("seqssm/recipes/smnist/"):
         assert block.ssp.init == "default" and block.dropout == 0.1
         assert block.ssp.layer != "s4d" or block.ssp.layer_kwargs == {"init": "lin"}
         # S4's code trains C at the full lr (it tags A, B, Δ only); S6's C comes from a projection
@@ -111,7 +114,7 @@ def test_rope_sweep_grid_builds(tmp_path, monkeypatch, imdb_dir):
     points = sweep.grid(selective=True, max_length=1024)
     assert len(points) == 1 + 8 * 15 and len({name for name, _ in points}) == len(points)
 
-    recipe = read_recipe(REPO / "recipes/rope/imdb/mamba-s6.yaml")
+    recipe = read_recipe(REPO / "seqssm/recipes/rope/imdb/mamba-s6.yaml")
     name, rope = next(p for p in points if p[1] and p[1]["trainable"] and p[1]["normalize_len"] and p[1]["targets"] == ["B"])
     path = tmp_path / "point.yaml"
     config = sweep.point_config(recipe, name, rope)
@@ -128,9 +131,9 @@ def readme_recipe_globs(heading: str) -> list[str]:
     """The backquoted recipe patterns in the first column of the table under `heading` in recipes/README.md."""
     import re
 
-    text = (REPO / "recipes" / "README.md").read_text()
+    text = (REPO / "seqssm" / "recipes" / "README.md").read_text()
     if heading not in text:
-        raise AssertionError(f"recipes/README.md has no section {heading!r}")
+        raise AssertionError(f"seqssm/recipes/README.md has no section {heading!r}")
     section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     first_cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     return [g for cell in first_cells for g in re.findall(r"`([^`]+)`", cell)]
@@ -143,17 +146,17 @@ def test_readme_gives_every_recipe_a_source_and_a_target(heading):
 
     globs = readme_recipe_globs(heading)
     assert globs
-    every = [r.removeprefix("recipes/") for r in RECIPES]
-    every += [str(p.relative_to(REPO / "recipes")) for p in (REPO / "recipes" / "species").glob("*.yaml")
+    every = [r.removeprefix("seqssm/recipes/") for r in RECIPES]
+    every += [str(p.relative_to(PACKAGED)) for p in (PACKAGED / "species").glob("*.yaml")
               if p.name != "base.yaml"]
-    every += [str(p.relative_to(REPO / "recipes")) for p in (REPO / "recipes" / "species" / "cpu").glob("*.yaml")]
+    every += [str(p.relative_to(PACKAGED)) for p in (PACKAGED / "species" / "cpu").glob("*.yaml")]
     if heading.startswith("## Targets"):  # CPU variants are measured in their own table
         every = [r for r in every if "/cpu/" not in r]
     missing = [r for r in every if not any(fnmatch(r, g) for g in globs)]
-    assert not missing, f"recipes/README.md ({heading}) names no source / target for {missing}"
+    assert not missing, f"seqssm/recipes/README.md ({heading}) names no source / target for {missing}"
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "recipes/quickstart.yaml"])
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "seqssm/recipes/quickstart.yaml"])
 def test_recipe_headers_state_a_target(recipe):
     """Each task's base recipe says what its source reports at full scale (`expected`), or that none is published."""
     base = REPO / recipe

@@ -6,8 +6,8 @@ trains for `epochs` passes over `minibatches` groups of whole environment sequen
 minibatch re-runs its sequences with one `scan` from their stored start state, episode starts
 as resets (Lu et al. 2023, "Structured State Space Models for In-Context Reinforcement Learning",
 3.1). Loss: clipped surrogate + vf_coef * value error (optionally clipped) - ent_coef * entropy,
-gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; recipes/rl/popgym_lu2023 runs
-that table's experiments, the other recipes under recipes/rl/ hold CPU-sized settings. The losses are plain
+gradients clipped to max_grad_norm. Defaults are Lu et al. 2023, table 3; seqssm/recipes/rl/popgym_lu2023 runs
+that table's experiments, the other recipes under seqssm/recipes/rl/ hold CPU-sized settings. The losses are plain
 functions of tensors, tested on their own.
 """
 
@@ -33,7 +33,7 @@ class PPOConfig:
     """PPO settings; defaults from Lu et al. 2023, table 3. value_clip: clip the value update to this distance
     from the rollout's value (PPO2 / CleanRL's clip_vloss); None: unclipped. adam_eps: Adam's epsilon. The
     table states neither; Lu et al.'s public code uses value_clip 0.2 and adam_eps 1e-5 (CleanRL's), which the
-    recipes under recipes/rl/popgym_lu2023 set; the defaults keep torch's epsilon and the unclipped loss."""
+    recipes under seqssm/recipes/rl/popgym_lu2023 set; the defaults keep torch's epsilon and the unclipped loss."""
 
     LIMITS: ClassVar[dict[str, str]] = {
         "total_steps": ">= 1", "num_envs": ">= 1", "unroll": ">= 1", "epochs": ">= 1", "minibatches": ">= 1",

@@ -9,7 +9,7 @@ comparison, the preconditions of the stand-in, the full-scale plan) and figures.
 
 One module per family of claims (rl_claims, lra_claims, species_claim), one statistics module (stats.py), one shared
 runner (runner.py) and report writer (report.py); the sizes, budgets and comparisons are in
-recipes/reproduce/<claim>/ (claim.yaml declares what is compared).
+seqssm/recipes/reproduce/<claim>/ (claim.yaml declares what is compared).
 """
 
 from seqssm.errors import ReproduceError

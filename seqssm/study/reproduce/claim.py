@@ -197,7 +197,7 @@ class Claim:
     """A paper's claim in miniature. Subclasses set the class attributes and implement `runs` and `measure`
     (and `prepare` when their runs need data written first, `plot` for the figure)."""
 
-    name: str = ""  # command-line name and folder: recipes/reproduce/<name>, <out>/<name>
+    name: str = ""  # command-line name and folder: seqssm/recipes/reproduce/<name>, <out>/<name>
     title: str = ""
     source: str = ""  # the paper and section, as a reader finds it
     claim: str = ""  # what the paper says, with its numbers
@@ -232,16 +232,16 @@ class Claim:
 
     # -- recipes -----------------------------------------------------------------------------------------------
     def recipe(self, name: str, part: str = "run", arm: str | None = None) -> dict:
-        """recipes/reproduce/<claim>/<name> with its bases merged, and with the `part` section ("run", "prepare" or
+        """reproduce/<claim>/<name> (a packaged recipe) with its bases merged, and with the `part` section ("run", "prepare" or
         "sweep") of the claim's overlay (smoke.yaml or full.yaml) merged in, and its `arms: {arm: ...}` section for
         `arm`'s runs."""
         return self.smoked(self.read(name), part, arm)
 
     def read(self, name: str) -> dict:
-        """recipes/reproduce/<claim>/<name> with its bases merged."""
+        """seqssm/recipes/reproduce/<claim>/<name> with its bases merged."""
         path = self.recipe_dir / name
         if not path.is_file():
-            raise ReproduceError(f"recipe {path} not found; is --recipes the repository's recipes/reproduce?")
+            raise ReproduceError(f"recipe {path} not found; is --recipes the repository's seqssm/recipes/reproduce?")
         return read_recipe(path)
 
     def smoked(self, config: dict, part: str = "run", arm: str | None = None) -> dict:

@@ -1,7 +1,7 @@
 """Sequence-classification claims of Ulbaek 2024 on generated LRA tasks at small widths: RoPE before the SSP (Ulbaek
 2024 thesis, 14) on generated Pathfinder, whose label lives in pixel positions, and bidirectional vs causal vs placebo
 vs speed-matched Mamba blocks (15) on generated ListOps. Every run is a `seqssm fit` config from
-recipes/reproduce/<claim>/."""
+seqssm/recipes/reproduce/<claim>/."""
 
 from __future__ import annotations
 
@@ -48,11 +48,11 @@ def prepare_listops(settings: dict, folder: Path) -> list[str]:
 
 
 class ListOpsClaim(Claim):
-    """Every arm's recipe (recipes/reproduce/<claim>/<arm>.yaml) at every seed on the generated ListOps; the metric
+    """Every arm's recipe (reproduce/<claim>/<arm>) at every seed on the generated ListOps; the metric
     is the final validation accuracy, with the validation curve for the figure. Precondition: the best arm learns
     the task (CHANCE_MARGIN above the majority class, `chance`), else no comparison of arms means anything."""
 
-    chance = 0.13  # ListOps' majority class in the generated data (recipes/reproduce/listops/data.yaml)
+    chance = 0.13  # ListOps' majority class in the generated data (seqssm/recipes/reproduce/listops/data.yaml)
 
     validations = 8  # evenly spaced over training: the points of the validation curve, the last at the end
     metrics = (Metric("acc", "final val. accuracy"), Metric("best", "best val. accuracy"),

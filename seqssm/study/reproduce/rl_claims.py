@@ -1,6 +1,6 @@
 """The reinforcement-learning claims: PPO memory cores on POPGym's RepeatPrevious, the Memory Corridor and the
 memory-length T-maze, and SAC history encoders on Best Arm Identification. Every run is a `seqssm rl` config
-from recipes/reproduce/<claim>/, trained by the RL runner's loop (`seqssm.rl.runner.run_iterations`)."""
+from seqssm/recipes/reproduce/<claim>/, trained by the RL runner's loop (`seqssm.rl.runner.run_iterations`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ KALMAN = ("\"Uncertainty Representations in State-Space Layers for Deep Reinforc
 
 
 class RLClaim(Claim):
-    """Runs every arm's recipe (recipes/reproduce/<claim>/<arm>.yaml) at every seed and, if `sweep` names an env
+    """Runs every arm's recipe (seqssm/recipes/reproduce/<claim>/<arm>.yaml) at every seed and, if `sweep` names an env
     kwarg, at every value of it (`sweep_values`); training steps scaled by the budget."""
 
     recipes_of: dict[str, str] = {}  # arm -> recipe file

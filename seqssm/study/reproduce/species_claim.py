@@ -8,7 +8,7 @@ species), so that "bidirectional helps" can show. The report prints what a perfe
 nearest-centroid classifier fitted on the same finetuning bases reach, and the claim's preconditions: NTP
 pretraining lowers the perplexity below what 4-mer counts give, and the best finetuned arm beats the 4-mer
 classifier (else the arms are compared before they learn the task's signal). Each stage is a `seqssm fit` config from
-recipes/reproduce/species/ on `seqssm.data.SpeciesDataModule`'s thesis split: pretraining on every training
+seqssm/recipes/reproduce/species/ on `seqssm.data.SpeciesDataModule`'s thesis split: pretraining on every training
 chromosome but the finetuning one, finetuning on the first `finetune_bases` of one chromosome per species.
 """
 

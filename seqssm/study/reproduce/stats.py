@@ -1,7 +1,7 @@
 """The statistics every claim uses: per-seed means, Welch's t-tests, Holm's correction and the power behind the
 number of seeds.
 
-A comparison is declared before any run (recipes/reproduce/<claim>/claim.yaml) as one of `RELATIONS`, on the
+A comparison is declared before any run (seqssm/recipes/reproduce/<claim>/claim.yaml) as one of `RELATIONS`, on the
 difference d = mean(A) - mean(B) of two arms' seed values (independent seeds, unequal variances: Welch):
 
     greater      A > B, a one-sided Welch t-test of H0: d <= 0 against H1: d > 0
