@@ -15,7 +15,6 @@ from tasks.helpers import one_thread  # noqa: F401  (autouse: tiny models run on
 
 from seqssm.cli import COMMANDS, Command, imported, main
 from seqssm.models import SequenceModel
-from seqssm.models.loading import model_from_checkpoint
 
 TINY_RECIPE = {
     "seed_everything": 0,
@@ -72,7 +71,7 @@ def test_fit_resume_test_and_export(workdir, capsys):
 
     main(["export", str(last), "exported"])
     exported = SequenceModel.from_pretrained(workdir / "exported").eval()
-    trained = model_from_checkpoint(last).eval()
+    trained = SequenceModel.from_pretrained(last).eval()
     x = torch.randint(7, 11, (3, 32))
     with torch.no_grad():
         assert torch.equal(exported(x), trained(x))

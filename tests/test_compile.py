@@ -21,8 +21,7 @@ from tasks.helpers import one_thread  # noqa: F401  (autouse: tiny models run on
 
 import seqssm.ops.backend as backend_module
 from seqssm.cli import main
-from seqssm.models import build
-from seqssm.models.loading import model_from_checkpoint
+from seqssm.models import SequenceModel, build
 
 FAMILIES = (
     "simple-s4", "simple-s4d", "simple-s4-rope", "simple-s4d-rope",
@@ -146,7 +145,7 @@ def test_seqssm_fit_trains_a_compiled_model(workdir, capsys):  # noqa: F811
     assert checkpoint["global_step"] == 3
     assert checkpoint["hyper_parameters"]["compile"] is True
     assert all(key.startswith(("model.", "metrics.")) for key in checkpoint["state_dict"]), "no compiled wrapper"
-    model_from_checkpoint(last)  # loads as a plain SequenceModel
+    SequenceModel.from_pretrained(last)  # loads as a plain SequenceModel
     assert graphs() >= 1, "the network ran compiled"
 
 

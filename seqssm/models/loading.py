@@ -38,7 +38,7 @@ from seqssm.models.resolve import resolve
 from seqssm.models.sequence_model import SequenceModel
 
 __all__ = ["CHECKPOINT_MODEL_CONFIG", "CHECKPOINT_PROVENANCE", "CHECKPOINT_TASK", "Pretrained", "build",
-           "export_checkpoint", "model_from_checkpoint", "model_from_path", "read_pretrained", "read_weights"]
+           "export_checkpoint", "model_from_path", "read_pretrained", "read_weights"]
 
 
 def read_pretrained(source: str | Path, what: str = "path", revision: str | None = None,
@@ -56,11 +56,6 @@ def build(pretrained: Pretrained, dtype: torch.dtype | None = None) -> SequenceM
 def model_from_path(path: str | Path, what: str = "path") -> SequenceModel:
     """The network in a folder, a Hub id or a task checkpoint; `what` names the argument in errors."""
     return reading.load_pretrained(path, SequenceModel, what=what)
-
-
-def model_from_checkpoint(path: str | Path, what: str = "checkpoint") -> SequenceModel:
-    """The trained network in a task checkpoint of `seqssm fit`, with its provenance."""
-    return build(read_task_checkpoint(Path(path), what))
 
 
 def read_weights(source: str | Path, what: str = "init_from") -> tuple[dict[str, torch.Tensor], dict | None]:

@@ -16,7 +16,6 @@ from seqssm.models.hub import provenance_record
 from seqssm.models.loading import (
     CHECKPOINT_MODEL_CONFIG,
     CHECKPOINT_PROVENANCE,
-    model_from_checkpoint,
     model_from_path,
     read_weights,
 )
@@ -58,7 +57,7 @@ def test_legacy_checkpoint_weights_are_the_stored_tensors(name):
     ckpt = torch.load(LEGACY / name, weights_only=True)
     assert CHECKPOINT_MODEL_CONFIG not in ckpt, "a legacy fixture must exercise the rebuild from hyper-parameters"
     stored = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model = model_from_checkpoint(LEGACY / name)
+    model = SequenceModel.from_pretrained(LEGACY / name)
     state, provenance = read_weights(LEGACY / name)
     assert model.state_dict().keys() == stored.keys() == state.keys()
     for key, value in stored.items():
@@ -67,13 +66,13 @@ def test_legacy_checkpoint_weights_are_the_stored_tensors(name):
 
 
 def test_legacy_checkpoints_rebuild_each_task_s_network(expected):
-    classifier = model_from_checkpoint(LEGACY / "classification.ckpt")
+    classifier = SequenceModel.from_pretrained(LEGACY / "classification.ckpt")
     assert classifier.config.n_classes == 2 and classifier.config.pooling == "mean"
     # the classifier started from the exported NTP folder: its lineage survives
     assert classifier.provenance == provenance_record("init_from", init_from=("ntp-folder", None))
-    language_model = model_from_checkpoint(LEGACY / "ntp.ckpt")
+    language_model = SequenceModel.from_pretrained(LEGACY / "ntp.ckpt")
     assert language_model.is_lm and language_model.causal
-    masked = model_from_checkpoint(LEGACY / "mlm.ckpt")
+    masked = SequenceModel.from_pretrained(LEGACY / "mlm.ckpt")
     assert masked.is_lm and not masked.causal and masked.config.block.ssp.layer == "s4d"
     assert masked.config.block.expand == 1  # a model_overrides entry
     # the export of the NTP checkpoint holds the same network
@@ -95,7 +94,7 @@ def test_new_checkpoints_rebuild_from_the_stored_config_alone(tmp_path):
     stored = {CHECKPOINT_MODEL_CONFIG: model.config.to_dict(), CHECKPOINT_PROVENANCE: lineage}
     torch.save(a_checkpoint(model, **stored),
                tmp_path / "new.ckpt")
-    loaded = model_from_checkpoint(tmp_path / "new.ckpt")
+    loaded = SequenceModel.from_pretrained(tmp_path / "new.ckpt")
     assert loaded.config == model.config and loaded.provenance == lineage
     x = torch.randn(2, 5, 3)
     with torch.no_grad():
@@ -113,7 +112,7 @@ def test_task_checkpoints_store_the_model_config(tmp_path):
     assert checkpoint[CHECKPOINT_MODEL_CONFIG] == task.model.config.to_dict()
     assert checkpoint[CHECKPOINT_PROVENANCE] == task.model.provenance
     torch.save(checkpoint, tmp_path / "task.ckpt")  # no hyper-parameters: the stored config is enough
-    loaded = model_from_checkpoint(tmp_path / "task.ckpt")
+    loaded = SequenceModel.from_pretrained(tmp_path / "task.ckpt")
     assert loaded.config == task.model.config and loaded.provenance == task.model.provenance
 
 
@@ -133,7 +132,7 @@ def test_unreadable_checkpoints_say_what_is_wrong(tmp_path):
     model = build("mamba-s6", vocab_size=5, d_model=8, n_layers=1)
     torch.save(a_checkpoint(model, hyper_parameters={"lr": 1e-3}), tmp_path / "foreign.ckpt")
     with pytest.raises(ValueError, match=f"foreign.ckpt: not a seqssm task checkpoint.*{CHECKPOINT_MODEL_CONFIG}"):
-        model_from_checkpoint(tmp_path / "foreign.ckpt")
+        SequenceModel.from_pretrained(tmp_path / "foreign.ckpt")
     state, provenance = read_weights(tmp_path / "foreign.ckpt")  # the weights alone need no config
     assert state.keys() == model.state_dict().keys() and provenance is None
     torch.save([1, 2], tmp_path / "list.ckpt")

@@ -11,7 +11,7 @@ import torch
 
 from seqssm.models import SequenceModel, build
 from seqssm.models.hub import FORMAT, FORMAT_VERSION, save_pretrained
-from seqssm.models.loading import export_checkpoint, model_from_checkpoint, read_weights
+from seqssm.models.loading import export_checkpoint, read_weights
 from seqssm.models.surgery import fuse_f1r1
 from seqssm.tasks import Classification, IncompatibleWeightsError, NextTokenPrediction
 from seqssm.tasks.checkpoint import TaskCheckpoint
@@ -45,7 +45,7 @@ def test_export_round_trip_gives_identical_outputs(tmp_path):
     with torch.no_grad():
         expected = task.model.eval()(batch["inputs"], lengths=batch["lengths"])
         assert torch.equal(loaded(batch["inputs"], lengths=batch["lengths"]), expected)
-        assert torch.equal(model_from_checkpoint(last).eval()(batch["inputs"], lengths=batch["lengths"]), expected)
+        assert torch.equal(SequenceModel.from_pretrained(last).eval()(batch["inputs"], lengths=batch["lengths"]), expected)
 
 
 def test_tied_language_model_head_survives_the_round_trip(tmp_path):
@@ -65,7 +65,7 @@ def test_loading_never_unpickles_code(tmp_path):
     with pytest.raises(pickle.UnpicklingError):
         read_weights(path)
     with pytest.raises(pickle.UnpicklingError):
-        model_from_checkpoint(path)
+        SequenceModel.from_pretrained(path)
 
 
 def test_finetune_from_ntp_checkpoint_reports_head_mismatch_then_reinitialises_it(tmp_path):
