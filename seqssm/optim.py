@@ -27,14 +27,24 @@ def tag_ssm(param: nn.Parameter, lr_scale: float = SSM_LR_SCALE) -> nn.Parameter
     return param
 
 
+def is_ssm(param: nn.Parameter) -> bool:
+    """Whether `param` is tagged as an SSM parameter (by `tag_ssm`)."""
+    return bool(getattr(param, "_optim", {}).get("ssm"))
+
+
+def untag(param: nn.Parameter) -> None:
+    """Drop `param`'s tag: it trains as an ordinary weight (full lr, the run's weight decay)."""
+    if hasattr(param, "_optim"):
+        del param._optim
+
+
 def set_ssm_lr_scale(module: nn.Module, lr_scale: float) -> None:
     """Every SSM parameter of `module` (tagged by `tag_ssm`) trains at `lr_scale` x the learning rate."""
     if not lr_scale > 0:
         raise ValueError(f"an SSM learning-rate scale must be positive, got {lr_scale}")
     for p in module.parameters():
-        tag = getattr(p, "_optim", None)
-        if tag is not None and tag.get("ssm"):
-            tag["lr_scale"] = float(lr_scale)
+        if is_ssm(p):
+            p._optim["lr_scale"] = float(lr_scale)
 
 
 def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.01) -> list[dict]:

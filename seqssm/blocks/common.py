@@ -9,7 +9,7 @@ from seqssm.blocks.config import SSPConfig
 from seqssm.blocks.ssp import RotarySSP
 from seqssm.layers.base import SequenceLayer, mask_outputs
 from seqssm.layers.registry import build_layer
-from seqssm.optim import set_ssm_lr_scale
+from seqssm.optim import is_ssm, set_ssm_lr_scale, untag
 
 
 def make_ssp(config: SSPConfig, d_model: int, **kwargs) -> nn.Module:
@@ -27,12 +27,11 @@ def make_ssp(config: SSPConfig, d_model: int, **kwargs) -> nn.Module:
 
 def untag_ssm(layer: nn.Module, name: str) -> None:
     """Train `layer`'s SSM parameter `name` as an ordinary weight (full lr, the run's weight decay): drop its tag."""
-    param = layer._parameters.get(name)
-    tagged = sorted(n for n, p in layer.named_parameters(recurse=False) if getattr(p, "_optim", {}).get("ssm"))
-    if param is None or not getattr(param, "_optim", {}).get("ssm"):
+    tagged = {n: p for n, p in layer.named_parameters(recurse=False) if is_ssm(p)}
+    if name not in tagged:
         raise ValueError(f"plain_params: {type(layer).__name__} has no SSM parameter {name!r}; its SSM parameters "
-                         f"are {tagged}")
-    del param._optim
+                         f"are {sorted(tagged)}")
+    untag(tagged[name])
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:
