@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md): ops, data <- layers <- blocks <- models <- tasks | rl <- study <- cli.
+"""Dependencies point one way (docs/design.md): ops, data <- layers <- blocks <- models <- tasks | rl <- study <- cli.
 
 Every module of the package is parsed with `ast`; each import in it (at the top, inside a function or
 behind a condition alike) is resolved to an absolute module name and checked against the layering.
@@ -106,12 +106,12 @@ def test_every_part_of_the_package_is_ranked():
              if (p.is_dir() and (p / "__init__.py").is_file()) or p.suffix == ".py"}
     parts -= {"__init__"}
     unranked = sorted(parts - RANKS.keys() - {m.split(".")[1] for m in BASE if "." in m})
-    assert not unranked, f"place {unranked} in RANKS (or BASE) of this test and in DESIGN.md's layering"
+    assert not unranked, f"place {unranked} in RANKS (or BASE) of this test and in docs/design.md's layering"
 
 
 def test_no_upward_imports():
     violations = all_violations()
-    assert not violations, "imports against the layering of DESIGN.md:\n" + "\n".join(violations)
+    assert not violations, "imports against the layering of docs/design.md:\n" + "\n".join(violations)
 
 
 @pytest.mark.parametrize("importer, source, line, expected", [

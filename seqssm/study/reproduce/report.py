@@ -69,8 +69,8 @@ def require_matplotlib() -> None:
                                 "pip install 'seqssm[plot]'") from None
 
 
-# the H100's throughput over one CPU thread's on these small models: an assumption, not a measurement (no GPU was
-# at hand): the fp32 peak ratio, ~67 TFLOP/s over the ~50 GFLOP/s a 512x512 matmul reaches on one thread of the
+# the H100's throughput over one CPU thread's on these small models: an estimate, not a measurement of these
+# models: the fp32 peak ratio, ~67 TFLOP/s over the ~50 GFLOP/s a 512x512 matmul reaches on one thread of the
 # 2-core machine the miniatures were timed on, times 0.2 for small kernels' lower utilisation on a GPU
 H100_OVER_CPU_THREAD = 250
 
