@@ -48,7 +48,12 @@ def unknown_option(option: str, candidates: list[str], owner: str | None = None,
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, raising UsageError (one line, with the closest option for a misspelt one) instead of
-    printing its usage and exiting; `-h` works as before."""
+    printing its usage and exiting; `-h` works as before. Abbreviated options are refused (`allow_abbrev=False`)."""
+
+    def __init__(self, *args, **kwargs):
+        # a prefix of an option taken for it (--max-new for --max-new-tokens) hides typos; refused, with the closest
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(unrecognized(message, self) or message, prog=self.prog)

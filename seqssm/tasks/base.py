@@ -206,6 +206,9 @@ class SequenceTask(L.LightningModule):
         report = load_weights(self.model, state, strict=self.hparams.init_strict, skip=skip, source=f"init_from={path}")
         if report.clean:  # a partial load was already shown as a warning by `load_weights`
             log.info("init_from %s:\n%s", path, report)
+        head = f"; head re-initialised ({', '.join(report.skipped)})" if report.skipped else ""
+        rank_zero_info(f"init_from {path}: loaded {len(report.loaded)} of {len(self.model.state_dict())} tensors"
+                       f"{head}")
         self.model.provenance = provenance_record("init_from", init_from=(path, provenance))
         return report
 

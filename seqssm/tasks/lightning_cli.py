@@ -87,6 +87,8 @@ class SeqssmCLI(LightningCLI):
     def init_parser(self, **kwargs: Any):
         register_recipe_loader()
         kwargs.setdefault("parser_mode", RECIPE_PARSER_MODE)
+        # an abbreviation (--trainer.max_epoch for max_epochs) would be taken silently; refused, with the closest
+        kwargs.setdefault("allow_abbrev", False)
         return super().init_parser(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
@@ -180,7 +182,12 @@ class SeqssmCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         if self._ckpt_shapes is not None:
             check_checkpoint_fits(self.model, self._ckpt_shapes, self.config_init[subcommand].ckpt_path)
+        if isinstance(self.datamodule, SeqDataModule):
+            # Lightning's logger makes its version folder before it sets the data up: missing data must fail
+            # first, so that a failed start leaves no empty version_N behind (setup keeps the splits it builds)
+            self.datamodule.setup(subcommand)
         self.place_run()
+        self.warn_if_untrained(subcommand)
         try:
             super()._run_subcommand(subcommand)
         except SystemExit as e:
@@ -192,6 +199,34 @@ class SeqssmCLI(LightningCLI):
             if hint is None:
                 raise
             raise ConfigError(hint) from e
+        if subcommand == "fit":
+            self.say_if_already_done()
+
+    def warn_if_untrained(self, subcommand: str) -> None:
+        """One line on stderr when validate / test / predict would evaluate freshly initialised weights."""
+        if subcommand == "fit" or rank_zero_only.rank != 0 or self.config_init[subcommand].get("ckpt_path"):
+            return
+        if getattr(self.model, "hparams", {}).get("init_from"):
+            return
+        print(f"seqssm {subcommand}: warning: no --ckpt_path and no init_from: evaluating randomly initialised "
+              f"weights; give --ckpt_path CKPT (a .ckpt of `seqssm fit`) or --model.init_args.init_from PATH",
+              file=sys.stderr)
+
+    def say_if_already_done(self) -> None:
+        """After a resumed fit that trained no step: one line saying which limit the checkpoint had already
+        reached and what to change (Lightning says only that it stopped)."""
+        trainer, resumed = self.trainer, getattr(self.model, "_resumed_step", None)
+        if rank_zero_only.rank != 0 or resumed is None or trainer.global_step != resumed:
+            return
+        if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
+            limit, option = f"max_steps={trainer.max_steps}", "--trainer.max_steps"
+        elif trainer.max_epochs not in (None, -1) and trainer.current_epoch >= trainer.max_epochs:
+            limit, option = f"max_epochs={trainer.max_epochs}", "--trainer.max_epochs"
+        else:
+            return
+        print(f"seqssm fit: nothing trained: {trainer.ckpt_path} had already reached {limit} (global step "
+              f"{trainer.global_step}, epoch {trainer.current_epoch}); raise {option} to train on, or leave out "
+              "--ckpt_path to start a new run", file=sys.stderr)
 
     def stopped_at_once(self, subcommand: str) -> None:
         """After Lightning's answer to a KeyboardInterrupt (a second Ctrl-C during fit, or one during validate /

@@ -1,0 +1,66 @@
+"""What a new user meets on a first run (issue 35): a start that fails on missing data writes nothing, an evaluation
+of untrained weights or a resume of a finished run says so, init_from says what it loaded, abbreviated options
+are refused."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import yaml
+from test_cli import run, workdir  # noqa: F401
+
+from seqssm.cli import main
+
+from .helpers import one_thread  # noqa: F401
+
+LAST = Path("run") / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def fit(*args):
+    main(["fit", "--config", "tiny.yaml", "--torch_threads", "1", *args])
+
+
+def test_a_fit_without_its_data_leaves_no_version_folder(workdir, capsys):
+    recipe = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    recipe["data"] = {"class_path": "seqssm.data.ListOpsDataModule",
+                      "init_args": {"data_dir": "no-listops", "max_length": 32}}
+    (workdir / "listops.yaml").write_text(yaml.safe_dump(recipe))
+    code, err = run(["fit", "--config", "listops.yaml"], capsys)
+    assert code == 2 and "Dataset file or directory not found: no-listops/basic_train.tsv" in err
+    assert not (workdir / "run").exists(), "a failed start leaves nothing behind"
+
+
+def test_evaluating_untrained_weights_and_resuming_a_finished_run_say_so(workdir, capsys, caplog):
+    fit()
+    capsys.readouterr()
+    fit("--ckpt_path", "last")
+    err = capsys.readouterr().err
+    assert (f"seqssm fit: nothing trained: {LAST} had already reached max_epochs=1 (global step 4, epoch 1); "
+            "raise --trainer.max_epochs to train on") in err
+
+    main(["test", "--config", "tiny.yaml"])
+    err = capsys.readouterr().err
+    assert ("seqssm test: warning: no --ckpt_path and no init_from: evaluating randomly initialised weights; give "
+            "--ckpt_path CKPT") in err
+    main(["test", "--config", "tiny.yaml", "--ckpt_path", str(LAST)])
+    assert "warning" not in capsys.readouterr().err
+
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("lightning.pytorch").addHandler(caplog.handler)
+        try:
+            fit("--model.init_args.init_from", str(LAST), "--model.init_args.reinit_head", "true",
+                "--trainer.max_steps", "1")
+        finally:
+            logging.getLogger("lightning.pytorch").removeHandler(caplog.handler)
+    lines = {r.getMessage() for r in caplog.records if r.name.startswith("lightning") and "init_from" in r.getMessage()}
+    assert lines == {f"init_from {LAST}: loaded 12 of 14 tensors; head re-initialised (head.weight, head.bias)"}
+
+
+def test_an_abbreviated_option_is_refused_with_the_full_one(workdir, capsys):
+    code, err = run(["fit", "--config", "tiny.yaml", "--trainer.max_epoch", "2"], capsys)
+    assert (code, err) == (2, "seqssm fit: error: unknown option '--trainer.max_epoch'; did you mean "
+                              "'--trainer.max_epochs'?\n")
+    code, err = run(["export", "a.ckpt", "out", "--overwr"], capsys)
+    assert (code, err) == (2, "seqssm export: error: unknown option '--overwr'; did you mean '--overwrite'?\n")
+    assert not (workdir / "run").exists()
