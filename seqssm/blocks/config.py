@@ -164,7 +164,36 @@ class SimpleBlockConfig(BlockConfig):
     rms_norm: bool = False
 
 
-BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig)}
+@dataclass(frozen=True)
+class Mamba2BlockConfig(BlockConfig):
+    """The Mamba-2 block (Dao & Gu 2024, 7.1), mamba_ssm's `Mamba2` defaults: width expand x d_model inside, a
+    causal conv1d of width d_conv (with bias if conv_bias) over x, B and C, in / out projections (with bias if
+    proj_bias), the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). The feature
+    dropout acts on the SSD's output, before the gated norm. residual_in_fp32 keeps the residual sum in
+    float32 when the model runs in lower precision."""
+
+    kind: ClassVar[str] = "mamba2"
+    final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
+
+    ssp: SSPConfig = field(default_factory=lambda: SSPConfig("ssd", d_state=128))
+    expand: int = 2
+    d_conv: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    residual_in_fp32: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.ssp.layer != "ssd":
+            raise ValueError(f"the Mamba-2 block runs the SSD layer (its B, C and Δ come from the block's in_proj), "
+                             f"not {self.ssp.layer!r}; use a Mamba block for other layers")
+        if self.ssp.rope is not None:
+            raise ValueError("the Mamba-2 block takes no RoPE before its SSD: drop rope (or -rope from the name)")
+        check_sizes("Mamba2BlockConfig", expand=self.expand, d_conv=self.d_conv)
+
+
+BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig,
+                                                                   Mamba2BlockConfig)}
 # flat name of the one-level config of earlier versions -> SSPConfig field (block fields kept their names)
 FLAT_SSP_NAMES = {"ssp": "layer", "d_state": "d_state", "ssp_lr_scale": "lr_scale", "rope": "rope",
                   "ssp_kwargs": "layer_kwargs", "ssp_init": "init", "ssp_plain_params": "plain_params"}

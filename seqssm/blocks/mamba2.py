@@ -14,12 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import make_norm
+from seqssm.blocks.common import FeatureDropout, make_norm, make_ssp
+from seqssm.blocks.config import Mamba2BlockConfig
 from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs
-from seqssm.layers.ssd import SSD
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
-from seqssm.ops.ssd import SSD_CHUNK
 
 
 class GatedRMSNorm(nn.Module):
@@ -39,26 +38,28 @@ class GatedRMSNorm(nn.Module):
 
 class Mamba2Block(SequenceLayer):
     """Pre-norm residual Mamba-2 block: x (B, L, d_model) -> (B, L, d_model); d_inner = expand x d_model channels
-    in heads of head_dim, d_state per head, B and C shared by n_groups groups of heads. State: (conv state
-    (B, d_inner + 2 n_groups d_state, d_conv - 1), SSD state (B, heads, head_dim, d_state))."""
+    in the SSD's heads of head_dim, its d_state per head, B and C shared by its n_groups groups of heads. Settings:
+    `config` (a Mamba2BlockConfig). State: (conv state (B, d_inner + 2 n_groups d_state, d_conv - 1), SSD state
+    (B, heads, head_dim, d_state))."""
 
-    def __init__(self, d_model: int, d_state: int = 128, head_dim: int = 64, n_groups: int = 1, expand: int = 2,
-                 d_conv: int = 4, chunk_size: int = SSD_CHUNK, conv_bias: bool = True, proj_bias: bool = False,
-                 rms_norm: bool = True, norm_eps: float = 1e-5, residual_in_fp32: bool = False, backend: str = "auto",
-                 **ssd_kwargs):
+    def __init__(self, d_model: int, config: Mamba2BlockConfig | None = None):
         super().__init__()
-        check_sizes("Mamba2Block", d_model=d_model, expand=expand, d_conv=d_conv)
-        d_inner = expand * d_model
-        self.d_model, self.d_inner, self.residual_in_fp32 = d_model, d_inner, residual_in_fp32
-        self.ssm = SSD(d_inner, d_state, head_dim, n_groups, chunk_size, backend=backend, project=False,
-                       **ssd_kwargs)
-        self.conv_dim = d_inner + 2 * n_groups * d_state
-        self.norm = make_norm(d_model, rms_norm, norm_eps)
-        self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + self.ssm.heads, bias=proj_bias)
+        config = Mamba2BlockConfig() if config is None else config
+        if not isinstance(config, Mamba2BlockConfig):
+            raise TypeError(f"Mamba2Block takes a Mamba2BlockConfig, got {type(config).__name__}")
+        check_sizes("Mamba2Block", d_model=d_model)
+        d_inner = config.expand * d_model
+        self.d_model, self.d_inner, self.residual_in_fp32 = d_model, d_inner, config.residual_in_fp32
+        self.ssm = make_ssp(config.ssp, d_inner, project=False)
+        self.conv_dim = d_inner + 2 * self.ssm.n_groups * self.ssm.d_state
+        self.norm = make_norm(d_model, config.rms_norm, config.norm_eps)
+        self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + self.ssm.heads, bias=config.proj_bias)
         # An nn.Conv1d only to hold weight (conv_dim, 1, d_conv) and bias in mamba_ssm's layout and init
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim, bias=conv_bias)
-        self.gated_norm = GatedRMSNorm(d_inner, d_inner // n_groups, norm_eps)
-        self.out_proj = nn.Linear(d_inner, d_model, bias=proj_bias)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, config.d_conv, groups=self.conv_dim,
+                                bias=config.conv_bias)
+        self.dropout = FeatureDropout(config.dropout)
+        self.gated_norm = GatedRMSNorm(d_inner, d_inner // self.ssm.n_groups, config.norm_eps)
+        self.out_proj = nn.Linear(d_inner, d_model, bias=config.proj_bias)
 
     def _split(self, projected: torch.Tensor):
         """in_proj's output (..., ·) -> z (..., d_inner), xBC (..., conv_dim), Δ before its bias (..., heads)."""
@@ -71,7 +72,8 @@ class Mamba2Block(SequenceLayer):
         return x, B.unflatten(-1, (self.ssm.n_groups, -1)), C.unflatten(-1, (self.ssm.n_groups, -1))
 
     def _finish(self, residual: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        out = self.out_proj(self.gated_norm(y, z))
+        """residual + out_proj(norm(dropout(y) SiLU(z))), the residual widened with residual_in_fp32."""
+        out = self.out_proj(self.gated_norm(self.dropout(y), z))
         if self.residual_in_fp32:
             residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
         return residual + out

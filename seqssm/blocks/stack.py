@@ -10,10 +10,11 @@ from torch import nn
 from seqssm.blocks.common import make_norm
 from seqssm.blocks.config import BlockConfig, block_config
 from seqssm.blocks.mamba import MambaBlock
+from seqssm.blocks.mamba2 import Mamba2Block
 from seqssm.blocks.simple import SimpleBlock
 from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs, non_causal_error
 
-BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock}
+BLOCKS = {"mamba": MambaBlock, "simple": SimpleBlock, "mamba2": Mamba2Block}
 
 
 class BlockStack(SequenceLayer):

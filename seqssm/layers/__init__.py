@@ -11,9 +11,10 @@ from seqssm.layers.s4 import S4
 from seqssm.layers.s4d import S4D
 from seqssm.layers.s5 import S5
 from seqssm.layers.s6 import S6
+from seqssm.layers.ssd import SSD
 from seqssm.layers.transformer import CausalTransformer
 
 __all__ = [
-    "LAYERS", "SequenceLayer", "build_layer", "layer_entry", "frozen_weights", "S4", "S4D", "S6", "S5", "MinGRU",
+    "LAYERS", "SequenceLayer", "build_layer", "layer_entry", "frozen_weights", "S4", "S4D", "S6", "SSD", "S5", "MinGRU",
     "LSSL", "LSSLf", "KalmanLayer", "KalmanNoInput", "vSSM", "GRU", "CausalTransformer", "RoPE",
 ]

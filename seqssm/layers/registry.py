@@ -21,6 +21,7 @@ from seqssm.layers.s4 import S4
 from seqssm.layers.s4d import S4D
 from seqssm.layers.s5 import S5
 from seqssm.layers.s6 import S6
+from seqssm.layers.ssd import SSD
 from seqssm.layers.transformer import CausalTransformer
 
 
@@ -39,6 +40,7 @@ LAYERS: dict[str, LayerEntry] = {
     "s4d": LayerEntry(S4D, test_size=4),
     "s6": LayerEntry(S6, test_size=3),
     "s5": LayerEntry(S5, test_size=4),
+    "ssd": LayerEntry(SSD, test_size=4),
     "lssl": LayerEntry(LSSL, test_size=3),
     "lsslf": LayerEntry(LSSLf, test_size=3),
     "mingru": LayerEntry(MinGRU, "d_hidden", test_size=5),

@@ -20,7 +20,8 @@ from seqssm.optim import tag_param
 
 class SSD(SequenceLayer):
     """Mamba-2's selective SSM with its own projections: x (B, L, d_model) -> (B, L, d_model); state (B, heads,
-    head_dim, d_state), heads = d_model / head_dim.
+    head_dim, d_state), heads = d_model / head_dim (head_dim None: 64, or the largest power of two dividing
+    d_model when 64 does not).
 
     B, C (n_groups x d_state each) and Δ (one per head) come from one linear map of x; Δ = softplus(. + dt_bias)
     with dt_bias set so that Δ starts log-uniform in [dt_min, dt_max]; A = -exp(A_log), A_log = log of a uniform
@@ -29,10 +30,12 @@ class SSD(SequenceLayer):
     builds the layer with project=False).
     """
 
-    def __init__(self, d_model: int, d_state: int = 64, head_dim: int = 64, n_groups: int = 1,
+    def __init__(self, d_model: int, d_state: int = 64, head_dim: int | None = None, n_groups: int = 1,
                  chunk_size: int = SSD_CHUNK, dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
                  A_init_range: tuple[float, float] = (1.0, 16.0), backend: str = "auto", project: bool = True):
         super().__init__()
+        if head_dim is None:  # mamba_ssm's 64 where it divides d_model, else the largest power of two that does
+            head_dim = math.gcd(d_model, 64)
         check_sizes("SSD", d_model=d_model, d_state=d_state, head_dim=head_dim, n_groups=n_groups,
                     chunk_size=chunk_size)
         if d_model % head_dim:

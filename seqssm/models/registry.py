@@ -4,7 +4,8 @@ that `seqssm.models.build` builds the SequenceModel of. Configs only, so that re
 
 A name is <block>-<layer>[-variant ...]: a block of `seqssm.blocks.BLOCKS` around a layer of
 `seqssm.layers.LAYERS`. Ulbaek 2024's base names are simple-s4, simple-s4d, mamba-s4, mamba-s4d,
-mamba-s6 (BASE_NAMES); any other registered layer builds the same way. Variant suffixes, combinable as
+mamba-s6 (BASE_NAMES); any other registered layer builds the same way, and mamba2-ssd is the Mamba-2 block
+(Dao & Gu 2024) around its SSD layer. Variant suffixes, combinable as
 one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
 without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
 fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
@@ -22,7 +23,8 @@ from seqssm.models.config import SequenceModelConfig
 BASE_NAMES = ("simple-s4", "simple-s4d", "mamba-s4", "mamba-s4d", "mamba-s6")  # Ulbaek 2024's models
 VARIANTS = ("bi", "placebo", "sm", "rope")
 
-BASE_WIDTH = {"mamba": 116, "simple": 170}  # table 2
+# Table 2; Mamba-2 has no thesis width: 128 makes d_inner 256, four of the SSD's 64-channel heads
+BASE_WIDTH = {"mamba": 116, "simple": 170, "mamba2": 128}
 # Table 6 (placebo shares the bidirectional width). Table 6 has no Mamba-s4 entries; S4 with N=16
 # holds 4N+2 = 66 parameters per channel, as many as S6 at d=116, so its parameter-matched
 # bidirectional width is S6's. Speed matching was measured, not derived: none is given for S4.
