@@ -70,9 +70,26 @@ def imported(target: str, extra: str | None = None) -> Callable[[list[str]], obj
         except ModuleNotFoundError as e:
             if extra is None or (e.name or "").startswith("seqssm"):
                 raise
+            if "-h" in argv or "--help" in argv:
+                # the parser needs the extra's modules; the command's own docstring says what it does
+                print(f"{module_docstring(module)}\n\nRunning it needs the {extra} extra ({e.name} is "
+                      f"missing): pip install 'seqssm[{extra}]'; then --help lists every option.")
+                return None
             raise MissingExtraError(f"needs the {extra} extra ({e.name} is missing): pip install 'seqssm[{extra}]'")
         return handler(argv)
     return run
+
+
+def module_docstring(module: str) -> str:
+    """The docstring of `module`, read from its source without importing it (its imports may be missing)."""
+    import ast
+
+    # not importlib.util.find_spec: it imports the parent packages, which import the missing modules
+    top, *rest = module.split(".")
+    path = Path(importlib.import_module(top).__file__).parent.joinpath(*rest).with_suffix(".py")
+    if not path.is_file():
+        return ""
+    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
 
 
 def export(argv: list[str]) -> None:

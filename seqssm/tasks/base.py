@@ -83,12 +83,17 @@ class SequenceTask(L.LightningModule):
                  warmup_steps: int = 0, min_lr_ratio: float = 0.1,
                  init_from: str | None = None, init_strict: bool = True, reinit_head: bool = False,
                  freeze_backbone: bool = False, compile: bool | dict[str, Any] = False):
-        """Args:
+        """The task's settings (model.init_args in a recipe); jsonargparse shows each Args line in --model.help.
+
+        Args:
             model: registry name of the network (`seqssm.models.build`), e.g. "mamba-s6".
             model_overrides: changes to that model's config (`SequenceModelConfig.replace`), e.g. {d_model: 64,
                 n_layers: 2, dropout: 0.0, d_state: 8} or nested {block: {expand: 1, ssp: {lr_scale: 0.2}}}.
-            vocab_size, d_input, n_classes, mask_token_id, max_length: from the DataModule (linked by the CLI);
-                max_length (the training length) is read only by lr_reference_length.
+            vocab_size: token vocabulary size; linked from the DataModule by the CLI.
+            d_input: features per step of numeric inputs; linked from the DataModule by the CLI.
+            n_classes: number of classes of Classification; linked from the DataModule by the CLI.
+            mask_token_id: the [MASK] token of MaskedLM; linked from the DataModule by the CLI.
+            max_length: the training length, linked from the DataModule; read only by lr_reference_length.
             lr: peak learning rate; tagged SSM parameters train at their tag's fraction of it.
             lr_reference_length: Ulbaek 2024's length rule (16.3): the peak lr is lr * lr_reference_length /
                 max_length, so one recipe serves every training length. None: lr as given.
@@ -96,10 +101,11 @@ class SequenceTask(L.LightningModule):
             betas: AdamW betas.
             warmup_steps: optimizer steps of linear warmup before the cosine decay.
             min_lr_ratio: the cosine decays to this fraction of `lr` at the last step.
-            init_from: a Lightning .ckpt or an exported seqssm folder to start from.
+            init_from: pretrained weights to start from: a .ckpt of `seqssm fit`, a model folder (seqssm, Hugging
+                Face Mamba, mamba_ssm) or a .safetensors file; ignored when --ckpt_path resumes a run.
             init_strict: refuse weights with missing, unexpected or differently shaped keys.
-            reinit_head: keep the head freshly initialised instead of loading it (e.g. new classes).
-            freeze_backbone: train only the head.
+            reinit_head: keep the head freshly initialised instead of loading it from init_from (e.g. new classes).
+            freeze_backbone: train only the head; the rest of the network keeps its (init_from) weights.
             compile: run the network under torch.compile in every split: true for its defaults (inductor, one
                 graph: fullgraph=True), or a dict of torch.compile's arguments, e.g. {backend: aot_eager} or
                 {dynamic: true, mode: max-autotune}. The loss, metrics and optimizer step stay eager; weights,

@@ -52,18 +52,24 @@ class TaskCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, last_every_n_train_steps: int = 0, last_every_n_minutes: float = 10.0,
-                 save_last: bool = True, **kwargs: Any):
-        """Args:
+                 save_last: bool = True, monitor: str | None = None, **kwargs: Any):
+        """The checkpoint settings (--checkpoint.* on the command line, `checkpoint:` in a recipe).
+
+        Args:
             last_every_n_train_steps: also refresh last.ckpt every n optimizer steps (0: off).
             last_every_n_minutes: also refresh last.ckpt when this many minutes passed since it was last
                 written (0: off), so that a long epoch never risks more than this much work.
-            save_last, kwargs: as ModelCheckpoint.
+            save_last: write <dirpath>/last.ckpt, the run's newest state, which --ckpt_path last resumes.
+            monitor: the logged metric that picks the best checkpoint. null (default): the task's own, with its
+                mode: val_acc, highest, for Classification and MaskedLM; val_ppl, lowest, for
+                NextTokenPrediction. Naming another metric, set --checkpoint.mode too (default min).
+            kwargs: as ModelCheckpoint.
         """
         if last_every_n_train_steps < 0:
             raise ValueError(f"checkpoint.last_every_n_train_steps must be >= 0, got {last_every_n_train_steps}")
         if not last_every_n_minutes >= 0:
             raise ValueError(f"checkpoint.last_every_n_minutes must be >= 0 (0: off), got {last_every_n_minutes}")
-        super().__init__(save_last=save_last, **kwargs)
+        super().__init__(save_last=save_last, monitor=monitor, **kwargs)
         self.last_every_n_train_steps = last_every_n_train_steps
         self.last_every_n_minutes = last_every_n_minutes
         self.last_saved_step: int | None = None  # global step of the state in last.ckpt, when known

@@ -5,8 +5,11 @@ are refused."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from test_cli import run, workdir  # noqa: F401
 
@@ -64,3 +67,35 @@ def test_an_abbreviated_option_is_refused_with_the_full_one(workdir, capsys):
     code, err = run(["export", "a.ckpt", "out", "--overwr"], capsys)
     assert (code, err) == (2, "seqssm export: error: unknown option '--overwr'; did you mean '--overwrite'?\n")
     assert not (workdir / "run").exists()
+
+
+def help_text(argv: list[str], capsys) -> str:
+    """The help `seqssm ARGV` prints (exit code 0), with its line wrapping undone."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_every_task_and_checkpoint_option_has_help(capsys):
+    text = help_text(["fit", "--model.help", "Classification"], capsys)
+    for option, words in [("model_overrides MODEL_OVERRIDES", "changes to that model's config"),
+                          ("lr_reference_length LR_REFERENCE_LENGTH", "Ulbaek 2024's length rule"),
+                          ("init_from INIT_FROM", "pretrained weights to start from"),
+                          ("reinit_head {true,false}", "keep the head freshly initialised"),
+                          ("freeze_backbone {true,false}", "train only the head")]:
+        assert f"--model.{option} {words}" in text, option
+    text = help_text(["fit", "--help"], capsys)
+    assert "--checkpoint.last_every_n_minutes LAST_EVERY_N_MINUTES also refresh last.ckpt" in text
+    assert ("--checkpoint.monitor MONITOR the logged metric that picks the best checkpoint. null (default): the task's "
+            "own") in text
+    assert "saves a checkpoint only for the last epoch" not in text
+
+
+def test_rl_help_without_the_rl_extra_prints_the_help_and_names_the_extra():
+    code = "import sys; sys.modules['gymnasium'] = None; from seqssm.cli import main; main(['rl', '--help'])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("`seqssm rl` (train an agent")
+    assert result.stdout.rstrip().endswith("Running it needs the rl extra (gymnasium is missing): pip install "
+                                           "'seqssm[rl]'; then --help lists every option.")
