@@ -168,7 +168,7 @@ CASES = [  # (command line, words of the one error line)
     (["study", "species", "--out", "st", "--preset", "cpu-small", "--recipes", "garbage-recipes"],
      "garbage-recipes/finetune.yaml: not valid YAML: expected ',' or ']'"),
     (["study", "species", "--out", "st", "--preset", "cpu-small", "--lengths", "0"], "--lengths) must be integers >= 1"),
-    (["rl", "--config", "nothere.yaml"], "nothere.yaml not found (given as --config)"),
+    (["rl", "--config", "nothere.yaml"], "--config: no recipe file or packaged recipe 'nothere.yaml'"),
     (["rl", "--config", "garbage.yaml"], "not valid YAML"),
     (["rl", "--config", RL_RECIPE, "--ppo.num_envs", "x"], "ppo.num_envs = 'x': expected int"),
     (["rl-eval", "nothere.pt"], "nothere.pt: no such file"),
@@ -182,7 +182,9 @@ CASES = [  # (command line, words of the one error line)
     (["reproduce", "rope", "--smoke", "--out", "rp", "--recipes", "garbage-recipes"],
      "garbage-recipes/rope/claim.yaml: not valid YAML"),
     (["reproduce", "rope", "--out", "rp", "--jobs", "0"], "--jobs must be >= 1, got 0"),
-    (["fit", "--config", "nothere.yaml"], "nothere.yaml not found (given as --config)"),
+    (["recipes", "copy", "quikstart", "out"], "no recipe file or packaged recipe 'quikstart'; did you mean quickstart?"),
+    (["recipes", "copy", "quickstart", "garbage.ckpt"], "garbage.ckpt is a file, not a folder"),
+    (["fit", "--config", "nothere.yaml"], "--config: no recipe file or packaged recipe 'nothere.yaml'"),
     (["fit", "--config", "garbage.yaml"], "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2"),
     (["fit", "--config", "tiny.yaml", "--trainer.max_epochs", "x"], "trainer.max_epochs = 'x': expected int or None"),
     (["fit", "--config", "tiny.yaml", "--data.init_args.data_dir", "garbage.ckpt"],
@@ -236,7 +238,7 @@ def test_help_lists_every_command_and_a_bare_seqssm_shows_it_with_exit_code_2(ca
     out = capsys.readouterr().out
     for name, command in COMMANDS.items():
         assert f"  {name.ljust(9)}  {command.summary}" in out
-    assert len(COMMANDS) == 12
+    assert len(COMMANDS) == 13
     with pytest.raises(SystemExit) as exit_info:
         main([])
     assert exit_info.value.code == 2 and capsys.readouterr().err.startswith("usage: seqssm COMMAND")

@@ -112,7 +112,7 @@ def test_fit_with_a_bad_name_is_one_line_with_exit_code_2(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["fit", "--config", "lra/imdb/mamba-s5"], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith("seqssm fit: error: no recipe file or packaged recipe 'lra/imdb/mamba-s5'; did you mean ")
+    assert err.startswith("seqssm fit: error: --config: no recipe file or packaged recipe 'lra/imdb/mamba-s5'; did you mean ")
 
 
 def test_rl_takes_a_recipe_name(tmp_path, monkeypatch):

@@ -171,7 +171,10 @@ def config_value(value: str) -> str:
     """One `--config` value: itself when it is an existing path or YAML text, else the packaged recipe's path."""
     if Path(value).exists() or any(c in value for c in ":{}[]\n") and not re.match(r"^[A-Za-z]:[\\/]", value):
         return value
-    return str(find_recipe(value))
+    try:
+        return str(find_recipe(value))
+    except RecipeError as e:
+        raise RecipeError(f"--config: {e}") from None
 
 
 def recipe_summary(path: Path) -> str:

@@ -232,7 +232,7 @@ class Claim:
 
     # -- recipes -----------------------------------------------------------------------------------------------
     def recipe(self, name: str, part: str = "run", arm: str | None = None) -> dict:
-        """reproduce/<claim>/<name> (a packaged recipe) with its bases merged, and with the `part` section ("run", "prepare" or
+        """reproduce/<claim>/<name> with its bases merged, and with the `part` section ("run", "prepare" or
         "sweep") of the claim's overlay (smoke.yaml or full.yaml) merged in, and its `arms: {arm: ...}` section for
         `arm`'s runs."""
         return self.smoked(self.read(name), part, arm)
