@@ -138,8 +138,10 @@ class SequenceModel(nn.Module):
                         cache_dir=None) -> "SequenceModel":
         """The model stored in a seqssm, Hugging Face Mamba or mamba_ssm folder, a task checkpoint of `seqssm fit`,
         or a Hub id ("org/name": a local folder of that name wins; else fetched once at `revision` into the
-        Hugging Face cache, `cache_dir` when given, and read from there offline): `seqssm.models.reading`."""
-        return load_pretrained(path, cls, dtype=dtype, revision=revision, cache_dir=cache_dir)
+        Hugging Face cache, `cache_dir` when given, and read from there offline): `seqssm.models.reading`.
+        Returned in eval mode (dropout off), as Hugging Face's from_pretrained; call `.train()` to finetune it
+        (Lightning's fit sets train mode itself)."""
+        return load_pretrained(path, cls, dtype=dtype, revision=revision, cache_dir=cache_dir).eval()
 
     def save_pretrained(self, out_dir, format: str = "seqssm", overwrite: bool = False, card: dict | None = None):
         """Write this model as a seqssm folder, or with format="hf" one transformers' MambaForCausalLM loads, with a

@@ -99,3 +99,13 @@ def test_rl_help_without_the_rl_extra_prints_the_help_and_names_the_extra():
     assert result.stdout.startswith("`seqssm rl` (train an agent")
     assert result.stdout.rstrip().endswith("Running it needs the rl extra (gymnasium is missing): pip install "
                                            "'seqssm[rl]'; then --help lists every option.")
+
+
+def test_from_pretrained_returns_the_model_in_eval_mode(tmp_path):
+    from seqssm.models import SequenceModel, build
+
+    model = build("mamba-s6", vocab_size=12, d_model=16, n_layers=1, dropout=0.1)
+    folder = model.save_pretrained(tmp_path / "folder")
+    loaded = SequenceModel.from_pretrained(folder)
+    assert not any(m.training for m in loaded.modules()), "dropout off, as Hugging Face's from_pretrained"
+    assert all(m.training for m in loaded.train().modules()), "train() still turns it on for finetuning"
