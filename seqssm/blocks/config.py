@@ -114,7 +114,26 @@ DROPOUT_POSITIONS = ("ssp_output", "ssp_input", "in_proj")  # the Mamba block's;
 
 
 @dataclass(frozen=True)
-class MambaBlockConfig(BlockConfig):
+class GatedBlockConfig(BlockConfig):
+    """Fields of the pre-norm residual blocks of the Mamba family: width expand x d_model inside, a causal conv1d of
+    width d_conv (with bias if conv_bias), in / out projections (with bias if proj_bias), and residual_in_fp32 to keep
+    the residual sum in float32 when the model runs in lower precision."""
+
+    final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
+
+    expand: int = 2
+    d_conv: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    residual_in_fp32: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_sizes(type(self).__name__, expand=self.expand, d_conv=self.d_conv)
+
+
+@dataclass(frozen=True)
+class MambaBlockConfig(GatedBlockConfig):
     """The Mamba block (Ulbaek 2024 thesis, 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width
     d_conv (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
     rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
@@ -129,17 +148,11 @@ class MambaBlockConfig(BlockConfig):
     public code)."""
 
     kind: ClassVar[str] = "mamba"
-    final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
 
     ssp: SSPConfig = field(default_factory=lambda: SSPConfig("s6", d_state=16))
-    expand: int = 2
-    d_conv: int = 4
-    conv_bias: bool = True
-    proj_bias: bool = False
     dt_rank: int | str = "auto"
     bidirectional: bool = False
     placebo: bool = False
-    residual_in_fp32: bool = False
     dropout_position: str = "ssp_output"
 
     def __post_init__(self):
@@ -148,7 +161,6 @@ class MambaBlockConfig(BlockConfig):
             raise ValueError(f"dropout_position must be one of {DROPOUT_POSITIONS}, got {self.dropout_position!r}")
         if self.bidirectional and self.placebo:
             raise ValueError("choose at most one of bidirectional and placebo")
-        check_sizes("MambaBlockConfig", expand=self.expand, d_conv=self.d_conv)
         if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
             raise ValueError(f"dt_rank must be 'auto' or a positive integer, got {self.dt_rank!r}")
 
@@ -165,22 +177,14 @@ class SimpleBlockConfig(BlockConfig):
 
 
 @dataclass(frozen=True)
-class Mamba2BlockConfig(BlockConfig):
-    """The Mamba-2 block (Dao & Gu 2024, 7.1), mamba_ssm's `Mamba2` defaults: width expand x d_model inside, a
-    causal conv1d of width d_conv (with bias if conv_bias) over x, B and C, in / out projections (with bias if
-    proj_bias), the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). The feature
-    dropout acts on the SSD's output, before the gated norm. residual_in_fp32 keeps the residual sum in
-    float32 when the model runs in lower precision."""
+class Mamba2BlockConfig(GatedBlockConfig):
+    """The Mamba-2 block (Dao & Gu 2024, 7.1), mamba_ssm's `Mamba2` defaults: the conv runs over x, B and C, and the
+    SSP is the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). The feature dropout
+    acts on the SSD's output, before the gated norm."""
 
     kind: ClassVar[str] = "mamba2"
-    final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
 
     ssp: SSPConfig = field(default_factory=lambda: SSPConfig("ssd", d_state=128))
-    expand: int = 2
-    d_conv: int = 4
-    conv_bias: bool = True
-    proj_bias: bool = False
-    residual_in_fp32: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -189,7 +193,6 @@ class Mamba2BlockConfig(BlockConfig):
                              f"not {self.ssp.layer!r}; use a Mamba block for other layers")
         if self.ssp.rope is not None:
             raise ValueError("the Mamba-2 block takes no RoPE before its SSD: drop rope (or -rope from the name)")
-        check_sizes("Mamba2BlockConfig", expand=self.expand, d_conv=self.d_conv)
 
 
 BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig,
