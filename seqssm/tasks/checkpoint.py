@@ -79,6 +79,7 @@ class TaskCheckpoint(ModelCheckpoint):
         self._stop_signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
         self._resumes_here = True  # whether the checkpoint being resumed lies in dirpath (set on loading it)
+        self.resume_path: str | None = None  # the checkpoint a fit resumes, set by the CLI before setup
 
     @property
     def last_path(self) -> str:
@@ -103,6 +104,13 @@ class TaskCheckpoint(ModelCheckpoint):
             if trainer.is_global_zero:
                 remove_stale_temporaries(self.dirpath)
                 self._remove_previous()
+
+    def _ModelCheckpoint__warn_if_dir_not_empty(self, dirpath) -> None:
+        # ModelCheckpoint.setup warns of a non-empty dirpath; a run resumed in its own folder finds its files there
+        # (trainer.ckpt_path is set only after setup, hence resume_path)
+        if self.resume_path and os.path.realpath(os.path.dirname(self.resume_path)) == os.path.realpath(dirpath):
+            return
+        super()._ModelCheckpoint__warn_if_dir_not_empty(dirpath)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.ckpt_path and os.path.realpath(trainer.ckpt_path) == os.path.realpath(self.last_path):

@@ -15,11 +15,13 @@ checkpoints to `<default_root_dir>/checkpoints` and manages its folders itself.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
 import signal
 import sys
+import warnings
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +30,7 @@ import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.utilities.rank_zero import rank_zero_module, rank_zero_only
 
 from seqssm.arguments import ShortErrors
 from seqssm.errors import ConfigError, MissingFileError, user_error_in
@@ -47,6 +49,13 @@ LINKED_FROM_DATA = ("vocab_size", "d_input", "n_classes", "mask_token_id", "max_
 # --ckpt_path values that Lightning resolves itself rather than reading as a file name
 LIGHTNING_CKPT_NAMES = ("best", "last", "hpc", "registry")
 VERSIONS = "lightning_logs"  # <default_root_dir>/lightning_logs/version_N: one run of `seqssm fit` each
+
+
+class NoLitLoggerTip(logging.Filter):
+    """Drops the advertisement for litlogger that Lightning logs each time a Trainer is built."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "try installing [litlogger]" not in record.getMessage()
 
 
 def version_folder(root: str | Path, version: int) -> Path:
@@ -80,6 +89,11 @@ class SeqssmCLI(LightningCLI):
     that name their base (`seqssm.recipes`), and a locked version folder per fit run (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
+        # Lightning 2.6's own _pytree helper uses the LeafSpec that torch 2.10 deprecates: a warning on every run
+        # that no setting of ours acts on (matched by its message: torch's other deprecations still show). Here,
+        # not at import: a caller's warnings.catch_warnings (pytest's) would drop a filter set on import
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
         # the run-folder locks that before_instantiate_classes takes are held until the run ends, however it ends
         with ExitStack() as self._locks:
             super().__init__(*args, **kwargs)
@@ -146,6 +160,8 @@ class SeqssmCLI(LightningCLI):
             raise ConfigError(setting_error(e)) from e
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        if not any(isinstance(f, NoLitLoggerTip) for f in rank_zero_module.log.filters):
+            rank_zero_module.log.addFilter(NoLitLoggerTip())
         trainer = self._get(self.config_init, "trainer", default={})
         if trainer.get("logger") in (None, True):
             # Lightning's default (CSV, or TensorBoard when installed), as a CSV log that a crash cannot empty
@@ -268,6 +284,7 @@ class SeqssmCLI(LightningCLI):
             if callback.dirpath is None and ckpt and Path(ckpt).is_file():
                 callback.dirpath = str(Path(ckpt).parent)
             return
+        callback.resume_path = ckpt
         root = Path(self.trainer.default_root_dir)
         if callback.dirpath is None:
             versions = run_versions(root)

@@ -109,3 +109,17 @@ def test_from_pretrained_returns_the_model_in_eval_mode(tmp_path):
     loaded = SequenceModel.from_pretrained(folder)
     assert not any(m.training for m in loaded.modules()), "dropout off, as Hugging Face's from_pretrained"
     assert all(m.training for m in loaded.train().modules()), "train() still turns it on for finetuning"
+
+
+def test_a_run_and_its_resume_print_no_noise(workdir, capsys, caplog, recwarn):
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("lightning.pytorch").addHandler(caplog.handler)
+        try:
+            fit("--trainer.max_steps", "2")
+            fit("--ckpt_path", "last")
+        finally:
+            logging.getLogger("lightning.pytorch").removeHandler(caplog.handler)
+    said = capsys.readouterr().err + caplog.text + "\n".join(str(w.message) for w in recwarn)
+    assert "Restored all states from the checkpoint" in said, "Lightning's own lines still show"
+    for noise in ("litlogger", "LeafSpec", "exists and is not empty"):
+        assert noise not in said
