@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from seqssm.errors import RecipeError
 from seqssm.recipes import find_recipe, read_recipe
 
 S6_TARGETS = ("x", "B", "C", "delta")
@@ -61,7 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(extra) - (1 if "--" in argv else 0)])
 
-    recipe = read_recipe(find_recipe(args.recipe))  # its bases merged in: each point's config stands alone
+    try:
+        recipe = read_recipe(find_recipe(args.recipe))  # its bases merged in: each point's config stands alone
+    except RecipeError as e:
+        parser.error(str(e))
     model = recipe["model"]["init_args"]["model"]
     max_length = recipe["data"]["init_args"].get("max_length") or 1024
     points = grid(selective=model.startswith("mamba-s6"), max_length=max_length)
