@@ -171,7 +171,6 @@ def test_recipes_copy_never_overwrites(tmp_path, capsys):
     assert code == 2 and "is a file, not a folder" in err
 
 
-@pytest.mark.slow  # ~70 s on 2 shared cores: building the wheel and a venv
 def test_the_wheel_holds_the_recipes_and_works_installed(tmp_path):
     """Build the wheel, install it (not editable) into a fresh venv that sees this Python's packages, and run the
     installed `seqssm` from a folder with no recipes: `reproduce list` and `fit --config NAME --print_config`."""
