@@ -285,8 +285,8 @@ def test_pickle_payload_is_refused_never_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize("fmt, changes, setting", [
     ("hf", {"hidden_act": "gelu"}, "hidden_act"),
     ("hf", {"expand": 1.5}, "expand"),
-    ("hf", {"model_type": "mamba2"}, "model_type"),
-    ("mamba_ssm", {"ssm_cfg": {"layer": "Mamba2"}}, "ssm_cfg.layer"),
+    ("hf", {"model_type": "jamba"}, "model_type"),
+    ("mamba_ssm", {"ssm_cfg": {"layer": "Mamba3"}}, "ssm_cfg.layer"),
     ("mamba_ssm", {"attn_layer_idx": [1]}, "attn_layer_idx"),
     ("mamba_ssm", {"d_intermediate": 64}, "d_intermediate"),
     ("mamba_ssm", {"ssm_cfg": {"d_state": 4, "ngroups": 2}}, "ssm_cfg.ngroups"),
