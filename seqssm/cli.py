@@ -1,16 +1,16 @@
 """The `seqssm` command: one table of subcommands (`COMMANDS`), listed by `seqssm --help`.
 
-    seqssm fit --config recipes/quickstart.yaml
+    seqssm fit --config quickstart                                        # a packaged recipe, by name
     seqssm test --config runs/quickstart/lightning_logs/version_0/config.yaml \
                 --ckpt_path runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
-    seqssm fit --config recipes/quickstart.yaml --ckpt_path last          # resume the newest run
+    seqssm fit --config quickstart --ckpt_path last                       # resume the newest run
     seqssm export runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt my-model/  # a model folder
     seqssm convert mamba-130m/ mamba-130m-hf/ --to hf                     # seqssm / HF Mamba / mamba_ssm folders
     seqssm generate mamba-130m-hf/ --prompt "Hello"                       # text with the folder's tokenizer.json
     seqssm generate state-spaces/mamba-130m-hf --prompt "Hello"           # a Hub id: fetched once, then cached
     seqssm data download imdb                                             # fetch, verify, unpack into data/imdb
     seqssm study species --preset cpu-small --out runs/species-small      # the study of Ulbaek 2024 thesis, 16
-    seqssm rl --config recipes/rl/repeat_first_easy/s5.yaml               # a recurrent PPO agent on POPGym
+    seqssm rl --config rl/repeat_first_easy/s5                            # a recurrent PPO agent on POPGym
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 96
     seqssm reproduce all --out runs/reproduce                             # the papers' comparisons, with verdicts
 
@@ -195,7 +195,7 @@ def prompt_ids(prompt: str, tokenizer_file: str) -> list[int]:
 
 
 COMMANDS = {
-    "fit": Command("train a model: --config recipes/<study>/<model>.yaml (LightningCLI)", lightning("fit")),
+    "fit": Command("train a model: --config <study>/<model> (a packaged recipe) or FILE.yaml (LightningCLI)", lightning("fit")),
     "validate": Command("validation metrics of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("validate")),
     "test": Command("test metrics of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("test")),
     "predict": Command("predictions of a checkpoint: --config CONFIG --ckpt_path CKPT", lightning("predict")),
@@ -207,7 +207,7 @@ COMMANDS = {
                     imported("seqssm.data.cli:main")),
     "study": Command("run a whole study (species): pretraining stages, surgery, finetuning arms, report",
                      imported("seqssm.study.cli:main")),
-    "rl": Command("train a recurrent RL agent (PPO or SAC): --config recipes/rl/<env>/<core>.yaml",
+    "rl": Command("train a recurrent RL agent (PPO or SAC): --config rl/<env>/<core> (a packaged recipe) or FILE.yaml",
                   imported("seqssm.rl.cli:rl_main", extra="rl")),
     "rl-eval": Command("play a trained RL agent and report its returns: CKPT",
                        imported("seqssm.rl.cli:eval_main", extra="rl")),
