@@ -34,7 +34,6 @@ import importlib
 import os
 import shlex
 import sys
-import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -53,9 +52,6 @@ class Command(NamedTuple):
 def lightning(name: str) -> Callable[[list[str]], object]:
     """The LightningCLI subcommand `name`."""
     def run(argv: list[str]):
-        # the command line is passed on purpose (its first word was the subcommand); Lightning warns when it also
-        # sees one in sys.argv
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
         return make_cli([name, *config_args(argv)])  # --config: a path, or a packaged recipe's name
     return run
 

@@ -42,6 +42,14 @@ CONFIG_OPTIONS = ("--config", "-c")
 _BASE_LINE = re.compile(rf"^{BASE_KEY}:[ \t]*(?P<value>.*?)[ \t]*(?P<comment>#.*)?$", re.MULTILINE)
 
 
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested configs, as "key: old -> new"."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str)
+                for d in differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
 def merge(base: dict, override: dict) -> dict:
     """`base` with `override` merged in, dicts recursively (lists and values replace)."""
     out = dict(base)

@@ -27,9 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -37,7 +34,7 @@ from typing import Any, Callable
 import yaml
 
 from seqssm.errors import StudyError
-from seqssm.recipes import merge, read_recipe, recipes_root
+from seqssm.recipes import differences, merge, read_recipe, recipes_root
 
 RECIPES = recipes_root() / "species"  # the packaged recipes' species/
 RESULT = "result.json"
@@ -129,14 +126,6 @@ PRESETS = {
 }
 
 
-def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two nested configs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new), key=str)
-                for d in differences(old.get(k), new.get(k), f"{prefix}{k}.")]
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
-
-
 def matched_bidirectional_width(causal_width: int, **overrides: Any) -> int:
     """The largest width whose bidirectional Mamba-s6 has no more parameters than the causal one; overrides:
     the models' other settings (`seqssm.models.model_config`: vocab_size, n_classes, n_layers, ...).
@@ -152,17 +141,6 @@ def matched_bidirectional_width(causal_width: int, **overrides: Any) -> int:
         if count_parameters(SequenceModel(causal.replace(d_model=width, bidirectional=True))) <= budget:
             return width
     raise StudyError(f"no bidirectional width fits the parameter count of the causal model at d={causal_width}")
-
-
-@contextmanager
-def _no_argv():
-    # LightningCLI warns when sys.argv holds arguments besides `args`; the study's own are not for it
-    saved = sys.argv
-    sys.argv = ["seqssm"]
-    try:
-        yield
-    finally:
-        sys.argv = saved
 
 
 class SpeciesStudy:
@@ -269,28 +247,16 @@ class SpeciesStudy:
         return result
 
     def _fit(self, name: str, run_dir: Path, config: dict) -> dict:
-        from seqssm.tasks.lightning_cli import make_cli
-
-        from .callbacks import TrainClock
+        from .fitting import fit_in_folder
 
         done = self._done(run_dir, config)
         if done is not None:
             self.log(f"[study] {name}: done before, skipped ({run_dir / RESULT})")
             return done
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        with _no_argv():
-            cli = make_cli(["--config", str(run_dir / "run.yaml")], run=False)
-        clock = TrainClock()
-        cli.trainer.callbacks.append(clock)
         checkpoints = run_dir / "checkpoints"
-        # An interrupted stage starts over rather than resuming its last.ckpt: Lightning 2.6 resumed from an
-        # epoch-end checkpoint trains no further batches here, and a fresh fit keeps the wall-clock honest.
-        interrupted = checkpoints.is_dir()
-        if interrupted:
-            shutil.rmtree(checkpoints)
-        self.log(f"[study] {name}: fitting{' (interrupted before: starting over)' if interrupted else ''} -> {run_dir}")
-        cli.trainer.fit(cli.model, cli.datamodule)
+        interrupted = " (interrupted before: starting over)" if checkpoints.is_dir() else ""
+        self.log(f"[study] {name}: fitting{interrupted} -> {run_dir}")
+        cli, clock = fit_in_folder(run_dir, config)
         task = cli.model
         metric = f"val_{task.metric_name}"
         last = checkpoints / "last.ckpt"

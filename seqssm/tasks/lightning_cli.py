@@ -343,10 +343,15 @@ def setting_error(error: BaseException) -> str:
 
 def make_cli(args=None, run: bool = True) -> SeqssmCLI:
     """The `seqssm` LightningCLI on `args` (default: sys.argv); `run=False` only parses and instantiates."""
-    return SeqssmCLI(
-        SequenceTask, SeqDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        trainer_defaults={"callbacks": [ResumableTrainData()]},
-        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args, run=run,
-        parser_class=SeqssmParser,
-        parser_kwargs={"description": "Train and evaluate seqssm models (`seqssm --help` lists every command)."},
-    )
+    with warnings.catch_warnings():
+        if args is not None:
+            # The arguments are given on purpose (the `seqssm` command's, or a study's config): Lightning warns
+            # whenever sys.argv holds any of its own as well.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        return SeqssmCLI(
+            SequenceTask, SeqDataModule, subclass_mode_model=True, subclass_mode_data=True,
+            trainer_defaults={"callbacks": [ResumableTrainData()]},
+            save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=args, run=run,
+            parser_class=SeqssmParser,
+            parser_kwargs={"description": "Train and evaluate seqssm models (`seqssm --help` lists every command)."},
+        )

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from seqssm.errors import ReproduceError
 from seqssm.files import atomic_write
-from seqssm.study.species import differences
+from seqssm.recipes import differences
 
 from . import work
 from .claim import Claim, Run

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import sys
 import warnings
 from pathlib import Path
 from typing import Any, Callable
-from unittest import mock
 
 import lightning as L
 import torch
-import yaml
 from torch import nn
 
 Progress = Callable[[int], None]
@@ -53,23 +49,13 @@ class FitProgress(L.Callback):
 def fit(run_dir: Path, config: dict, progress: Progress) -> dict:
     """Train a `seqssm fit` config in run_dir (its default_root_dir) -> final and best validation metric, learning
     curve, wall-clock and parameter count. An interrupted earlier attempt's checkpoints are deleted first."""
-    from seqssm.study.callbacks import TrainClock
-    from seqssm.tasks.lightning_cli import make_cli
     from seqssm.recipes import merge
+    from seqssm.study.fitting import fit_in_folder
 
     config = merge(config, {"trainer": {"default_root_dir": str(run_dir), "enable_progress_bar": False,
                                         "enable_model_summary": False, "num_sanity_val_steps": 0}})
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    (run_dir / "run.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    threads = torch.get_num_threads()
-    with mock.patch.object(sys, "argv", ["seqssm"]):  # LightningCLI reads sys.argv; this process's is not for it
-        cli = make_cli(["--config", str(run_dir / "run.yaml")], run=False)
-    clock, tracker = TrainClock(), FitProgress(progress)
-    cli.trainer.callbacks.extend([clock, tracker])
-    try:
-        cli.trainer.fit(cli.model, cli.datamodule)
-    finally:
-        torch.set_num_threads(threads)  # torch_threads is process-wide; the next run sets its own
+    tracker = FitProgress(progress)
+    cli, clock = fit_in_folder(run_dir, config, [tracker])
     task, metric = cli.model, f"val_{cli.model.metric_name}"
     checkpoint = cli.trainer.checkpoint_callback
     best = None if checkpoint is None or checkpoint.best_model_score is None else float(checkpoint.best_model_score)
