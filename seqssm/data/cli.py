@@ -20,7 +20,8 @@ from seqssm.errors import ConfigError
 
 from .missing import path_problem
 from .sources import DATASETS
-from .species_splits import DEFAULT_SPECIES
+
+OPTION = "option:"  # prefix of the dest of a generator option, so that main hands exactly those to prepare
 
 
 def build_parser() -> ArgumentParser:
@@ -48,18 +49,28 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", type=Path, help="folder to write (default: DATA_DIR/<name>, where the DataModule looks)")
     p.add_argument("--source", type=Path, help="published file (or folder of them) to unpack instead of generating")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n-train", type=int, default=96_000, help="listops")
-    p.add_argument("--n-val", type=int, default=2_000, help="listops")
-    p.add_argument("--n-test", type=int, default=2_000, help="listops")
-    p.add_argument("--min-length", type=int, default=500, help="listops: shortest expression (tokens)")
-    p.add_argument("--max-length", type=int, default=2000, help="listops: longest expression (tokens)")
-    p.add_argument("--resolution", type=int, default=32, help="pathfinder")
-    p.add_argument("--level", default="curv_contour_length_14", help="pathfinder")
-    p.add_argument("--n", type=int, default=10_000, help="pathfinder: images to generate")
-    p.add_argument("--species", nargs="+", default=list(DEFAULT_SPECIES), help="species")
-    p.add_argument("--length", type=int, default=200_000, help="species: bases per synthetic chromosome")
-    p.add_argument("--order", type=int, default=4, help="species: Markov order")
+    generator_options(p)
     return parser
+
+
+def generator_options(parser: argparse.ArgumentParser) -> None:
+    """Add every registered generator's options to `parser`, each flag once, its help naming the datasets taking it."""
+    takers: dict[str, list] = {}
+    for d in DATASETS.values():
+        for o in d.generator.options if d.generator is not None else ():
+            takers.setdefault(o.name, []).append((d.name, o))
+    for name, uses in takers.items():
+        default = uses[0][1].default
+        kind = {"type": int} if isinstance(default, int) else {"nargs": "+"} if isinstance(default, tuple) else {}
+        parser.add_argument("--" + name.replace("_", "-"), dest=OPTION + name, metavar=name.upper(),
+                            default=argparse.SUPPRESS, **kind,
+                            help="; ".join(f"{dataset}{': ' + o.help if o.help else ''} (default: {shown(o.default)})"
+                                           for dataset, o in uses))
+
+
+def shown(value) -> str:
+    """An option's default as it is typed on the command line."""
+    return " ".join(value) if isinstance(value, tuple) else str(value)
 
 
 def main(argv: list[str]) -> None:
@@ -79,9 +90,8 @@ def main(argv: list[str]) -> None:
             from .prepare import prepare
 
             out = ns.out or ns.data_dir / DATASETS[ns.name].folder
-            prepare(ns.name, out, ns.source, seed=ns.seed, n_train=ns.n_train, n_val=ns.n_val, n_test=ns.n_test,
-                    min_length=ns.min_length, max_length=ns.max_length, n=ns.n, resolution=ns.resolution,
-                    level=ns.level, species=ns.species, length=ns.length, order=ns.order)
+            options = {k.removeprefix(OPTION): v for k, v in vars(ns).items() if k.startswith(OPTION)}
+            prepare(ns.name, out, ns.source, seed=ns.seed, **options)
             print(f"{ns.name}: written to {out}")
     except KeyboardInterrupt:
         print("seqssm data: interrupted; run the same command again to continue where it stopped", file=sys.stderr)

@@ -1,7 +1,8 @@
-"""Where every dataset comes from: its published files, their digests and how they unpack.
+"""The dataset registry: per dataset its DataModule, published files, digests, unpacking and offline generator.
 
-One table, `DATASETS`, read by `seqssm data list | download | prepare` and by the DataModules'
-"file not found" messages. Facts and where they were read:
+One table, `DATASETS`, read by `seqssm data list | download | prepare` (the names they accept, the
+generator options `prepare` takes) and by the DataModules' "file not found" messages. A new dataset
+is its DataModule's module plus one `Dataset` entry here. Facts and where they were read:
 
 - LRA release `lra_release.gz` (a gzipped tar): the URL in google-research/long-range-arena's
   README; the member layout `lra_release/lra_release/{listops-1000, tsv_data, pathfinder*}` from
@@ -37,8 +38,28 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
+class Option:
+    """A generator option: `seqssm data prepare --<name, dashes for underscores>`, the generator's `keyword`."""
+
+    name: str
+    default: int | str | tuple[str, ...]  # also the option's type: an int, a string or several strings
+    help: str = ""
+    keyword: str = ""  # the generator's parameter, where its name is not `name`
+    count: bool = False  # counts something (examples, tokens, pixels, bases): refused unless an integer >= 1
+
+
+@dataclass(frozen=True)
+class Generator:
+    """An offline generator, called as `function(out, seed=seed, **{keyword: value of each option})`."""
+
+    function: str  # "module:function", imported only when it runs
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True)
 class Dataset:
-    """A dataset's source files and how they become `<data-dir>/<folder>`, the DataModule's default `data_dir`.
+    """A dataset: its DataModule, source files and how they become `<data-dir>/<folder>`, the DataModule's default
+    `data_dir`, and its offline generator if it has one.
 
     Archives unpack by `members`: (prefix inside the tar, destination prefix) pairs, members
     outside every prefix are skipped. Without `members` each file is copied, or gunzipped
@@ -48,12 +69,13 @@ class Dataset:
 
     name: str
     folder: str
+    datamodule: str  # "module:class" of the DataModule reading it; its `name` is `folder`, so it reads the download
     summary: str
     files: tuple[SourceFile, ...]
     expected: tuple[str, ...]
     members: tuple[tuple[str, str], ...] = ()
     gunzip: bool = False
-    generator: bool = False  # `seqssm data prepare NAME` can generate it offline
+    generator: Generator | None = None  # `seqssm data prepare NAME` without --source runs it
 
 
 LRA = SourceFile("lra_release.gz", ("https://storage.googleapis.com/long-range-arena/lra_release.gz",))
@@ -101,32 +123,45 @@ SPECIES_FILES = tuple(SourceFile(f"{sp}/chr{c}.fna.gz", chromosome_urls(*GENOMES
 
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (
-    Dataset("listops", "listops", "LRA ListOps (LRA release)", (LRA,),
+    Dataset("listops", "listops", "seqssm.data.lra.listops:ListOpsDataModule", "LRA ListOps (LRA release)", (LRA,),
             expected=("basic_train.tsv", "basic_val.tsv", "basic_test.tsv"),
-            members=((LRA_ROOT + "listops-1000/", ""),), generator=True),
-    Dataset("aan", "aan", "LRA retrieval, AAN pairs (LRA release)", (LRA,),
+            members=((LRA_ROOT + "listops-1000/", ""),),
+            generator=Generator("seqssm.data.generators.listops:write_listops", (
+                Option("n_train", 96_000, count=True), Option("n_val", 2_000, count=True),
+                Option("n_test", 2_000, count=True),
+                Option("min_length", 500, "shortest expression (tokens)", count=True),
+                Option("max_length", 2000, "longest expression (tokens)", count=True)))),
+    Dataset("aan", "aan", "seqssm.data.lra.aan:AANDataModule", "LRA retrieval, AAN pairs (LRA release)", (LRA,),
             expected=("new_aan_pairs.train.tsv", "new_aan_pairs.eval.tsv", "new_aan_pairs.test.tsv"),
             members=((LRA_ROOT + "tsv_data/", ""),)),
-    Dataset("pathfinder", "pathfinder", "LRA Pathfinder 32/64/128/256, Path-X = 128 (LRA release)", (LRA,),
+    Dataset("pathfinder", "pathfinder", "seqssm.data.lra.pathfinder:PathfinderDataModule",
+            "LRA Pathfinder 32/64/128/256, Path-X = 128 (LRA release)", (LRA,),
             # what the recipes read: Pathfinder at 32 and Path-X at 128, the hard level
             expected=tuple(f"pathfinder{r}/curv_contour_length_14/metadata" for r in (32, 128)),
             members=tuple((f"{LRA_ROOT}pathfinder{r}/", f"pathfinder{r}/") for r in PATHFINDER_RESOLUTIONS),
-            generator=True),
-    Dataset("imdb", "imdb", "IMDB reviews, Stanford release", (SourceFile(
+            generator=Generator("seqssm.data.generators.pathfinder:write_pathfinder", (
+                Option("resolution", 32, keyword="res", count=True), Option("level", "curv_contour_length_14"),
+                Option("n", 10_000, "images to generate", count=True)))),
+    Dataset("imdb", "imdb", "seqssm.data.lra.imdb:IMDBDataModule", "IMDB reviews, Stanford release", (SourceFile(
         "aclImdb_v1.tar.gz", ("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",),
         md5="7c2ac02c03563afcf9b574c7e56c153a", size=84125825),),
             expected=tuple(f"aclImdb/{s}/{y}" for s in ("train", "test") for y in ("pos", "neg")),
             members=(("aclImdb/", "aclImdb/"),)),
-    Dataset("cifar10", "cifar10", "CIFAR-10, python batches", (SourceFile(
+    Dataset("cifar10", "cifar10", "seqssm.data.lra.cifar:CIFAR10DataModule", "CIFAR-10, python batches", (SourceFile(
         "cifar-10-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
         md5="c58f30108f718f92721af3b95e74349a", size=170498071),),
             expected=tuple(f"cifar-10-batches-py/{b}" for b in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]),
             members=(("cifar-10-batches-py/", "cifar-10-batches-py/"),)),
-    Dataset("mnist", "mnist", "MNIST, four IDX files", tuple(
+    Dataset("mnist", "mnist", "seqssm.data.smnist:SMNISTDataModule", "MNIST, four IDX files", tuple(
         SourceFile(name, tuple(m + name for m in MNIST_MIRRORS), md5=md5, size=size) for name, md5, size in MNIST_FILES),
             expected=tuple(name for name, _, _ in MNIST_FILES)),
-    Dataset("species", "species", f"genomes of {', '.join(DEFAULT_SPECIES)} (NCBI, as HyenaDNA)", SPECIES_FILES,
-            expected=tuple(f.name[: -len(".gz")] for f in SPECIES_FILES), gunzip=True, generator=True),
+    Dataset("species", "species", "seqssm.data.species:SpeciesDataModule",
+            f"genomes of {', '.join(DEFAULT_SPECIES)} (NCBI, as HyenaDNA)", SPECIES_FILES,
+            expected=tuple(f.name[: -len(".gz")] for f in SPECIES_FILES), gunzip=True,
+            generator=Generator("seqssm.data.generators.genome:write_genomes", (
+                Option("species", DEFAULT_SPECIES),
+                Option("length", 200_000, "bases per synthetic chromosome", keyword="chrom_length", count=True),
+                Option("order", 4, "Markov order")))),
 )}
 
 
@@ -139,6 +174,6 @@ def download_command(name: str, data_dir: str | Path, prepare_options: str = "")
         command += f" --data-dir DIR   (writes DIR/{dataset.folder}; point data_dir there)"
     elif root != Path("data"):
         command += f" --data-dir {root}"
-    if dataset.generator:
+    if dataset.generator is not None:
         command += f"\nor, generated offline:\n    seqssm data prepare {name}{prepare_options} --out {data_dir}"
     return command
