@@ -52,8 +52,13 @@ def prepare(name: str, out: str | Path, source: str | Path | None = None, seed: 
         unpack([(d, out)], files, {n: {"from": str(p)} for n, p in files.items()}, progress)
         return out
     if d.generator is None:
-        raise DataNotFoundError(f"{name} has no generator: `seqssm data download {name}` fetches it, "
-                                "or pass --source with the published file")
+        names = [f.name for f in d.files]
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        where = "the file itself" if len(names) == 1 else "the folder holding them"
+        raise DataNotFoundError(
+            f"{name} has no generator: `seqssm data download {name}` fetches it (from {d.files[0].urls[0]}); "
+            f"offline, bring its published file{'s' if len(names) > 1 else ''} ({shown}) over from a machine that "
+            f"can reach it and pass --source with {where}")
     flags = {o.name: "--" + o.name.replace("_", "-") for o in d.generator.options}
     unknown = [key for key in options if key not in flags]
     if unknown:

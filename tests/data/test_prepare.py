@@ -79,6 +79,9 @@ def test_generators(tmp_path):
 
 def test_user_errors_exit_2_with_one_line(tmp_path, capsys):
     cases = [(["cifar10", "--data-dir", str(tmp_path)], "cifar10 has no generator: `seqssm data download cifar10`"),
+             (["mnist", "--data-dir", str(tmp_path)], "offline, bring its published files (train-images-idx3-ubyte.gz, "
+              "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) over from a machine "
+              "that can reach it and pass --source with the folder holding them"),
              (["imdb", "--source", str(tmp_path / "nope.tar.gz")], "does not exist"),
              (["mnist", "--source", str(tmp_path)], "no train-images-idx3-ubyte.gz")]
     (tmp_path / "wrong.tar.gz").write_bytes(cifar_python())
