@@ -65,14 +65,17 @@ class BlockStack(SequenceLayer):
         return tuple(layer.initial_state(batch_size, device=device, dtype=dtype) for layer in self.layers)
 
 
-def make_stack(block: str | BlockConfig, d_model: int, n_layers: int, **changes: Any) -> BlockStack:
+def make_stack(block: str | BlockConfig, d_model: int, n_layers: int, final_norm: bool | None = None,
+               **changes: Any) -> BlockStack:
     """n_layers blocks of width d_model plus the final norm (Mamba stacks; a Simple block ends in its own norm).
 
-    block: a block config, or a kind ("mamba", "simple") for its defaults; changes: fields or flat names
-    that `seqssm.blocks.block_config` takes, e.g. make_stack("mamba", 64, 2, ssp="s4d", d_state=16, dropout=0.1).
+    block: a block config, or a kind ("mamba", "simple") for its defaults; final_norm: end in the block's kind of
+    norm or not (None: the kind's rule, `BlockConfig.final_norm`); changes: fields or flat names that
+    `seqssm.blocks.block_config` takes, e.g. make_stack("mamba", 64, 2, ssp="s4d", d_state=16, dropout=0.1).
     """
     check_sizes("make_stack", d_model=d_model, n_layers=n_layers)
     config = block_config(block, **changes)
     layers = [BLOCKS[config.kind](d_model, config) for _ in range(n_layers)]
-    norm_f = make_norm(d_model, config.rms_norm, config.norm_eps) if config.final_norm else nn.Identity()
+    norm = config.final_norm if final_norm is None else final_norm
+    norm_f = make_norm(d_model, config.rms_norm, config.norm_eps) if norm else nn.Identity()
     return BlockStack(layers, norm_f)

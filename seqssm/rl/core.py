@@ -1,9 +1,10 @@
 """Memory cores for the actor-critic: any causal layer or block stack of seqssm on (B, L, d_model).
 
-`build_core(CoreConfig(...))` wraps a primitive in the residual block of van Gelooven 2025 thesis, 4.1
-("On the Application of State Space Models to Partially Observable Markov Decision Processes":
-layer -> activation -> dropout -> residual -> LayerNorm), or builds a Mamba / Simple stack from
-`seqssm.blocks`, or runs the layers bare (block "none"). Layer "mlp" is the memoryless core: position-wise
+`build_core(CoreConfig(...))` is the one builder of an agent's memory, PPO's core and each SAC history
+encoder alike: it wraps a primitive in the residual block of van Gelooven 2025 thesis, 4.1 ("On the
+Application of State Space Models to Partially Observable Markov Decision Processes": layer -> activation ->
+dropout -> residual -> LayerNorm), or builds a stack of any block of `seqssm.blocks` (`make_stack`), or runs
+the layers bare (block "none"). Layer "mlp" is the memoryless core: position-wise
 Linear + activation layers with an empty state (the MLP baseline of POPGym: Morad et al. 2023, "POPGym:
 Benchmarking Partially Observable Reinforcement Learning"; Lu et al. 2023, table 5). `load_core(path)` takes
 the backbone of a supervised checkpoint or exported folder. States are (nested tuples of) tensors with the
@@ -20,15 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import FeatureDropout, WrapperBlock
-from seqssm.blocks.stack import BlockStack, make_stack
+from seqssm.blocks.common import FeatureDropout, WrapperBlock, make_norm
+from seqssm.blocks.stack import BLOCKS, BlockStack, make_stack
 from seqssm.layers.base import SequenceLayer, mask_outputs, promoted_call, where_state
 from seqssm.layers.registry import LAYERS, build_layer
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.sequence_model import SequenceModel
 from seqssm.optim import set_ssm_lr_scale
 
-BLOCKS = ("residual", "mamba", "simple", "none")
+CORE_BLOCKS = ("residual", "none", *BLOCKS)  # this module's two, then every block of seqssm.blocks
 RESIDUAL_ACTIVATIONS = ("gelu", "glu")
 MEMORYLESS = "mlp"  # the core layer without memory (`FeedForward`)
 # The activations of the agent's MLPs and of the memoryless core, by name.
@@ -43,11 +44,14 @@ class CoreConfig:
     memory (`FeedForward`; layer_kwargs {activation: ...}, default leaky_relu). d_state: the layer's state
     size (P for S5, d_hidden for (min)GRU); None keeps the layer's default. block "residual" (van Gelooven 2025
     thesis, fig. 4.1: activation "gelu" or "glu" (eq. 4.1); norm False drops its LayerNorm: x + act(layer(x)),
-    as Lu et al.'s public code runs S5), "mamba" / "simple" (seqssm.blocks), or "none": the layers alone, one
-    after the other (a GRU core as Lu et al.'s code runs it; the MLP baseline). layer_kwargs go to the
-    primitive (e.g. {blocks: 2} for S5, {dt_min: 0.001} ...). ssm_lr_scale: the fraction of the learning rate
-    the layers' SSM parameters train at (None: each layer's own, e.g. S5's 0.2; 1.0: one learning rate for all,
-    as Lu et al. 2023, table 3). Defaults: Lu et al. 2023, table 3 (4 S5 layers of width 256); the CPU recipes
+    as Lu et al.'s public code runs S5), "none": the layers alone, one after the other (a GRU core as Lu et
+    al.'s code runs it; the MLP baseline), or any block of `seqssm.blocks.BLOCKS` ("mamba", "simple", "mamba2"),
+    whose config states its SSP's default d_state. layer_kwargs go to the primitive (e.g. {blocks: 2} for S5,
+    {dt_min: 0.001} ...); block_kwargs to the config of a `seqssm.blocks` block (`block_config`: e.g.
+    {expand: 2}). final_norm: whether the stack ends in a norm (RMSNorm after residual blocks or bare layers; a
+    `seqssm.blocks` block's own norm kind); None keeps the block's rule (Mamba stacks end in one, the others do
+    not). ssm_lr_scale: the fraction of the learning rate the layers' SSM parameters train at (None: each
+    layer's own, e.g. S5's 0.2; 1.0: one learning rate for all, as Lu et al. 2023, table 3). Defaults: Lu et al. 2023, table 3 (4 S5 layers of width 256); the CPU recipes
     under seqssm/recipes/rl/ are much smaller.
     """
 
@@ -64,6 +68,8 @@ class CoreConfig:
     dropout: float = 0.0
     ssm_lr_scale: float | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
+    final_norm: bool | None = None
+    block_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class FeedForward(SequenceLayer):
@@ -133,22 +139,29 @@ def build_core(config: CoreConfig) -> BlockStack:
     if config.layer != MEMORYLESS and config.layer not in LAYERS:
         raise ValueError(f"unknown sequence layer {config.layer!r}; registered layers: {', '.join(LAYERS)}; "
                          f"or {MEMORYLESS!r}, the core without memory")
-    if config.block not in BLOCKS:
-        raise ValueError(f"unknown core block {config.block!r}; choose one of {BLOCKS}")
+    if config.block not in CORE_BLOCKS:
+        raise ValueError(f"unknown core block {config.block!r}; choose one of {CORE_BLOCKS}")
     if config.n_layers < 1:
         raise ValueError(f"core n_layers must be >= 1, got {config.n_layers}")
-    if config.block == "residual":
-        core = BlockStack([ResidualBlock(core_layer(config), config.d_model, config.activation, config.dropout,
-                                         config.norm) for _ in range(config.n_layers)], nn.Identity())
-    elif config.block == "none":
-        core = BlockStack([core_layer(config) for _ in range(config.n_layers)], nn.Identity())
-    elif config.layer == MEMORYLESS:
-        raise ValueError(f"the memoryless core layer {MEMORYLESS!r} runs in block 'residual' or 'none', "
-                         f"not {config.block!r}")
+    if config.block in BLOCKS:
+        if config.layer == MEMORYLESS:
+            raise ValueError(f"the memoryless core layer {MEMORYLESS!r} runs in block 'residual' or 'none', "
+                             f"not {config.block!r}")
+        # d_state only when given: each block kind's config states its SSP's default size
+        sizes = {} if config.d_state is None else {"d_state": config.d_state}
+        changes = {"ssp": config.layer, "dropout": config.dropout, "ssp_kwargs": dict(config.layer_kwargs), **sizes,
+                   **config.block_kwargs}
+        core = make_stack(config.block, config.d_model, config.n_layers, final_norm=config.final_norm, **changes)
     else:
-        d_state = config.d_state if config.d_state is not None else (16 if config.block == "mamba" else 64)
-        core = make_stack(config.block, config.d_model, config.n_layers, ssp=config.layer, d_state=d_state,
-                          dropout=config.dropout, ssp_kwargs=dict(config.layer_kwargs) or None)
+        if config.block_kwargs:
+            raise ValueError(f"block_kwargs {config.block_kwargs} configure a block of seqssm.blocks "
+                             f"({', '.join(BLOCKS)}), not block {config.block!r}")
+        if config.block == "residual":
+            layers = [ResidualBlock(core_layer(config), config.d_model, config.activation, config.dropout,
+                                    config.norm) for _ in range(config.n_layers)]
+        else:
+            layers = [core_layer(config) for _ in range(config.n_layers)]
+        core = BlockStack(layers, make_norm(config.d_model, rms=True) if config.final_norm else nn.Identity())
     if config.ssm_lr_scale is not None:
         set_ssm_lr_scale(core, config.ssm_lr_scale)
     return core

@@ -13,7 +13,7 @@ actor, the twin critic, its target and the entropy temperature, and acts as a po
 Baselines of the Kalman-layer paper, 5.1, by encoder kind: vssm (vSSM), kalman (vSSM+KF), kalman_u
 (vSSM+KF-u), mamba, gru, transformer (vTransformer); none gives the Memoryless agent, and the
 Oracle is `none` on an environment that shows the true state. Every other layer of
-`seqssm.layers.LAYERS` (s5, s6, mingru, ...) is offered by its name too.
+`seqssm.layers.LAYERS` (s5, s6, mingru, ...) and block of `seqssm.blocks.BLOCKS` is offered by its name too.
 """
 
 from __future__ import annotations
@@ -30,29 +30,28 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from seqssm.blocks.common import make_norm
 from seqssm.blocks.config import block_config
-from seqssm.blocks.mamba import MambaBlock
-from seqssm.blocks.stack import BlockStack
+from seqssm.blocks.stack import BLOCKS
 from seqssm.errors import check_int
-from seqssm.layers import CausalTransformer, SequenceLayer
-from seqssm.layers.registry import LAYERS, build_layer
+from seqssm.layers.registry import LAYERS
 from seqssm.rl.agent import mlp
-from seqssm.rl.core import reset_state
+from seqssm.rl.core import CoreConfig, build_core, reset_state
 from seqssm.rl.env_loop import ActOutput
 
-# A history encoder: a stack of any registered layer, a stack of Mamba blocks, or none (Memoryless / Oracle).
-ENCODERS = (*LAYERS, "mamba", "none")
+# A history encoder: a stack of any registered layer or of any block, or none (Memoryless / Oracle).
+ENCODERS = (*LAYERS, *BLOCKS, "none")
 
 
 @dataclass
 class HistoryEncoderConfig:
-    """A history encoder over embeddings of width d_model (the Kalman-layer paper's E; table 1: 16 with N = 128).
+    """A history encoder over embeddings of width d_model (the Kalman-layer paper's E; table 1: 16 with N = 128),
+    in the keys of SAC's recipes; `core_config` says which memory core they describe.
 
-    kind: one of ENCODERS. d_state: the latent size N (GRU hidden size; Mamba: N is spread over
-    its expand * d_model channels, Kalman-layer paper, table 1: d_state 4 per channel). n_layers stacked, then
-    an RMSNorm if rms_norm. Transformer: n_heads, d_ff, context (attention window).
-    layer_kwargs go to the layer (e.g. {dt_init: -7.0} for kalman / vssm).
+    kind: one of ENCODERS. d_state: the latent size N (GRU hidden size; a block of `seqssm.blocks` with
+    `expand` (Mamba): N is spread over its expand * d_model channels, Kalman-layer paper, table 1: d_state 4 per
+    channel). n_layers stacked, then an RMSNorm if rms_norm. Transformer: n_heads, d_ff, context (attention
+    window); None keeps the layer's own. expand: the block's width factor (None: the block's own).
+    layer_kwargs go to the layer (e.g. {dt_init: -7.0} for kalman / vssm), or to the config of a block kind.
     """
 
     LIMITS: ClassVar[dict[str, str]] = {"d_model": ">= 1", "d_state": ">= 1", "n_layers": ">= 1", "n_heads": ">= 1",
@@ -63,33 +62,37 @@ class HistoryEncoderConfig:
     d_state: int = 128
     n_layers: int = 1
     rms_norm: bool = False
-    n_heads: int = 1
-    d_ff: int = 128
-    context: int = 64
-    expand: int = 2
+    n_heads: int | None = None
+    d_ff: int | None = None
+    context: int | None = None
+    expand: int | None = None
     layer_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def core_config(self) -> CoreConfig | None:
+        """The memory core these keys describe (None for kind "none"), which `build_core` builds.
 
-def build_history_encoder(config: HistoryEncoderConfig) -> SequenceLayer | None:
-    """The encoder that `config` describes, with scan(..., mask=), step and initial_state; None for kind "none".
-
-    A transformer is one `CausalTransformer` of n_layers encoder layers; every other kind is a `BlockStack` of
-    n_layers layers (or Mamba blocks), then an RMSNorm if rms_norm.
-    """
-    kind, d, kwargs = config.kind, config.d_model, dict(config.layer_kwargs)
-    if kind not in ENCODERS:
-        raise ValueError(f"unknown history encoder {kind!r}; choose one of {ENCODERS}")
-    if kind == "none":
-        return None
-    if kind == "transformer":
-        return CausalTransformer(d, config.n_layers, config.n_heads, config.d_ff, config.context)
-    if kind == "mamba":
-        per_channel = max(1, config.d_state // (config.expand * d))
-        block = block_config("mamba", ssp="s6", d_state=per_channel, expand=config.expand, **kwargs)
-        layers = [MambaBlock(d, block) for _ in range(config.n_layers)]
-    else:
-        layers = [build_layer(kind, d, config.d_state, **kwargs) for _ in range(config.n_layers)]
-    return BlockStack(layers, make_norm(d, rms=True) if config.rms_norm else nn.Identity())
+        A layer kind: n_layers of it bare. A block kind: n_layers of those blocks, their SSP's d_state N spread
+        over expand * d_model channels. A transformer: one `CausalTransformer` of n_layers encoder layers and no
+        RMSNorm (it ends in its own LayerNorm), as SAC's encoders always were, so saved agents keep their keys.
+        """
+        if self.kind not in ENCODERS:
+            raise ValueError(f"unknown history encoder {self.kind!r}; choose one of {ENCODERS}")
+        if self.kind == "none":
+            return None
+        stack = {"d_model": self.d_model, "n_layers": self.n_layers, "final_norm": self.rms_norm}
+        if self.kind in BLOCKS:
+            block_kwargs = dict(self.layer_kwargs) | ({} if self.expand is None else {"expand": self.expand})
+            block = block_config(self.kind, **block_kwargs)
+            channels = getattr(block, "expand", 1) * self.d_model
+            return CoreConfig(layer=block.ssp.layer, block=self.kind, d_state=max(1, self.d_state // channels),
+                              block_kwargs=block_kwargs, **stack)
+        if self.kind == "transformer":
+            sizes = {"n_layers": self.n_layers, "n_heads": self.n_heads, "d_ff": self.d_ff}
+            return CoreConfig(layer="transformer", block="none", d_model=self.d_model, n_layers=1, final_norm=False,
+                              d_state=self.context,
+                              layer_kwargs=self.layer_kwargs | {k: v for k, v in sizes.items() if v is not None})
+        return CoreConfig(layer=self.kind, block="none", d_state=self.d_state, layer_kwargs=dict(self.layer_kwargs),
+                          **stack)
 
 
 def action_features(space: spaces.Space) -> int:
@@ -102,12 +105,15 @@ def action_features(space: spaces.Space) -> int:
 
 
 _LEGACY_ENCODER_KEYS = ((re.compile(r"^encoder\.norm\."), "encoder.norm_f."),
-                        (re.compile(r"^encoder\.layers\.(\d+)\.block\."), r"encoder.layers.\1."))
+                        (re.compile(r"^encoder\.layers\.(\d+)\.block\."), r"encoder.layers.\1."),
+                        (re.compile(r"^encoder\.(layers\.\d+\.(?:self_attn|linear[12]|norm[12])\.)"),
+                         r"encoder.layers.0.\1"))
 
 
 def _rename_legacy_encoder_keys(module, state_dict, prefix, *args) -> None:
     """Load-state-dict pre-hook: checkpoints written before the encoders became `BlockStack`s named the final
-    norm `encoder.norm` and held each Mamba block under `encoder.layers.<i>.block`; rename those keys in place."""
+    norm `encoder.norm`, held each Mamba block under `encoder.layers.<i>.block` and a transformer as the encoder
+    itself (now the stack's one layer); rename those keys in place."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
         local = key[len(prefix):]
         for pattern, replacement in _LEGACY_ENCODER_KEYS:
@@ -124,7 +130,8 @@ class HistoryNet(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, encoder: HistoryEncoderConfig):
         super().__init__()
-        self.encoder = build_history_encoder(encoder)
+        core = encoder.core_config()
+        self.encoder = None if core is None else build_core(core)
         self.embed = nn.Linear(obs_dim + act_dim, encoder.d_model) if self.encoder is not None else None
         self.out_dim = obs_dim + (encoder.d_model if self.encoder is not None else 0)
         self.register_load_state_dict_pre_hook(_rename_legacy_encoder_keys)

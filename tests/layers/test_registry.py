@@ -11,7 +11,7 @@ from seqssm.models import build
 pytest.importorskip("gymnasium", reason="the PPO cores and SAC encoders need the rl extra: pip install 'seqssm[rl]'")
 
 from seqssm.rl.core import CoreConfig, build_core
-from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, build_history_encoder
+from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig
 from seqssm.testing import check_layer_contract
 
 D = 4
@@ -64,6 +64,5 @@ def test_every_consumer_builds_every_registered_layer(name):
     model = build(f"mamba-{name}", d_input=2, n_classes=2, d_model=D, n_layers=1, d_state=d_state)
     assert isinstance(model.backbone.layers[0].branches[0].ssp, LAYERS[name].cls)
     assert name in ENCODERS
-    encoder = build_history_encoder(HistoryEncoderConfig(kind=name, d_model=D, d_state=d_state, n_layers=1, d_ff=8))
-    inner = encoder if name == "transformer" else encoder.layers[0]
-    assert isinstance(inner, LAYERS[name].cls)
+    encoder = build_core(HistoryEncoderConfig(kind=name, d_model=D, d_state=d_state, n_layers=1, d_ff=8).core_config())
+    assert isinstance(encoder.layers[0], LAYERS[name].cls)

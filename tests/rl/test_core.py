@@ -1,5 +1,6 @@
 """Memory cores: the memoryless core (layer "mlp") keeps the layer contract with an empty state and remembers
-nothing; block "none" runs the layers bare; the residual block without its norm; the cores' SSM learning rate."""
+nothing; block "none" runs the layers bare; the residual block without its norm; the cores' SSM learning rate; block
+cores read their defaults from the blocks' configs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seqssm.blocks import BLOCK_CONFIGS
+from seqssm.layers import LAYERS
 from seqssm.optim import param_groups
 from seqssm.rl.core import CoreConfig, FeedForward, build_core
 from seqssm.testing import check_layer_contract
@@ -71,3 +74,19 @@ def test_ssm_lr_scale_sets_the_fraction_of_every_ssm_parameter():
 def test_bad_cores_are_named(config, message):
     with pytest.raises(ValueError, match=message):
         build_core(config)
+
+
+def test_block_cores_take_their_defaults_and_settings_from_the_blocks_config():
+    for kind, config in BLOCK_CONFIGS.items():
+        ssp = config().ssp
+        core = build_core(CoreConfig(layer=ssp.layer, block=kind, d_model=16, n_layers=1))
+        layer = next(m for m in core.modules() if isinstance(m, LAYERS[ssp.layer].cls))
+        assert layer.d_state == ssp.d_state, kind  # the state size the block's config states, not one restated here
+    wide = build_core(CoreConfig(layer="s6", block="mamba", d_model=8, n_layers=1, block_kwargs={"expand": 3}))
+    assert wide.layers[0].d_inner == 24 and isinstance(wide.norm_f, torch.nn.RMSNorm)
+    bare = build_core(CoreConfig(layer="s6", block="mamba", d_model=8, n_layers=1, final_norm=False))
+    assert isinstance(bare.norm_f, torch.nn.Identity)
+    normed = build_core(CoreConfig(layer="gru", block="none", d_model=8, n_layers=1, final_norm=True))
+    assert isinstance(normed.norm_f, torch.nn.RMSNorm)
+    with pytest.raises(ValueError, match=r"block_kwargs \{'expand': 3\} configure a block of seqssm.blocks"):
+        build_core(CoreConfig(layer="s5", d_model=8, block_kwargs={"expand": 3}))

@@ -7,11 +7,13 @@ import torch
 from gymnasium import spaces
 
 from seqssm.layers.base import map_state
-from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, RACConfig, SACAgent, build_history_encoder
+from seqssm.rl.core import CoreConfig, build_core
+from seqssm.rl.offpolicy import ENCODERS, HistoryEncoderConfig, RACConfig, SACAgent
 
 KINDS = [k for k in ENCODERS if k != "none"]
 LENGTHS = [7, 1, 4, 7, 3]
-FLOAT32_INSIDE = ("s6", "mamba")  # S6 computes Δ and A in float32 whatever the module dtype
+# S6 computes Δ and A, the Mamba-2 block its gated norm, in float32 whatever the module dtype
+FLOAT32_INSIDE = ("s6", "mamba", "mamba2")
 
 
 def _tol(kind: str) -> dict:
@@ -28,12 +30,16 @@ def _row(state, i: int):
     return map_state(lambda s: s[i : i + 1], state)
 
 
+def build_encoder(config: HistoryEncoderConfig):
+    return build_core(config.core_config())
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_masked_batch_equals_per_sequence_scans(kind):
     torch.manual_seed(0)
     config = HistoryEncoderConfig(kind=kind, d_model=8, d_state=16, n_layers=2, context=5, d_ff=16,
                                   layer_kwargs={"dt_init": -1.0} if kind in ("vssm", "kalman", "kalman_u") else {})
-    encoder = build_history_encoder(config).double()
+    encoder = build_encoder(config).double()
     batch, length = len(LENGTHS), max(LENGTHS)
     lengths = torch.tensor(LENGTHS)
     mask = torch.arange(length) < lengths[:, None]
@@ -61,7 +67,7 @@ def test_masked_batch_equals_per_sequence_scans(kind):
 @pytest.mark.parametrize("kind", ["kalman", "transformer", "mamba", "gru"])
 def test_scan_equals_step_loop(kind):
     torch.manual_seed(1)
-    encoder = build_history_encoder(HistoryEncoderConfig(kind=kind, d_model=8, d_state=16, context=4, d_ff=16)).double()
+    encoder = build_encoder(HistoryEncoderConfig(kind=kind, d_model=8, d_state=16, context=4, d_ff=16)).double()
     x = torch.randn(3, 9, 8, dtype=torch.float64)
     y, _ = encoder.scan(x)
     state, ys = encoder.initial_state(3, dtype=torch.float64), []
@@ -73,7 +79,7 @@ def test_scan_equals_step_loop(kind):
 
 def test_transformer_window_and_kf_u_ignores_input_channel():
     torch.manual_seed(2)
-    enc = build_history_encoder(HistoryEncoderConfig(kind="transformer", d_model=8, context=3, d_ff=16)).double()
+    enc = build_encoder(HistoryEncoderConfig(kind="transformer", d_model=8, context=3, d_ff=16)).double()
     x = torch.randn(1, 6, 8, dtype=torch.float64)
     y, _ = enc.scan(x)
     x2 = x.clone()
@@ -81,8 +87,8 @@ def test_transformer_window_and_kf_u_ignores_input_channel():
     y2, _ = enc.scan(x2)
     torch.testing.assert_close(y[:, 5], y2[:, 5])
     assert not torch.allclose(y[:, 3], y2[:, 3])
-    kfu = build_history_encoder(HistoryEncoderConfig(kind="kalman_u", d_model=8, d_state=4))
-    kf = build_history_encoder(HistoryEncoderConfig(kind="kalman", d_model=8, d_state=4))
+    kfu = build_encoder(HistoryEncoderConfig(kind="kalman_u", d_model=8, d_state=4))
+    kf = build_encoder(HistoryEncoderConfig(kind="kalman", d_model=8, d_state=4))
     assert kfu.layers[0].in_proj.out_features == 8 and kf.layers[0].in_proj.out_features == 12
 
 
@@ -110,3 +116,19 @@ def test_sac_agent_acts_with_the_previous_action_and_forgets_at_episode_starts(k
     bounds = spaces.Box(np.array([0.0, -4.0], np.float32), np.array([1.0, 4.0], np.float32))
     box = SACAgent(spaces.Box(-1, 1, (3,)), bounds, RACConfig())
     np.testing.assert_allclose(box.env_action(torch.tensor([[-1.0, 1.0], [0.0, 0.5]])), [[0.0, 4.0], [0.5, 2.0]])
+
+
+def test_encoder_keys_convert_to_the_core_they_describe():
+    assert HistoryEncoderConfig(kind="none").core_config() is None
+    assert HistoryEncoderConfig(kind="gru", d_model=16, d_state=32, n_layers=2, rms_norm=True).core_config() == \
+        CoreConfig(layer="gru", block="none", d_model=16, d_state=32, n_layers=2, final_norm=True)
+    # the Kalman-layer paper's N = 128 spread over expand 2 x d_model 16 channels: 4 per channel, S6 by the block
+    mamba = HistoryEncoderConfig(kind="mamba", d_model=16, d_state=128, expand=2).core_config()
+    assert mamba == CoreConfig(layer="s6", block="mamba", d_model=16, d_state=4, n_layers=1, final_norm=False,
+                               block_kwargs={"expand": 2})
+    assert HistoryEncoderConfig(kind="mamba", d_model=16, d_state=128).core_config().d_state == 4  # the block's expand
+    transformer = HistoryEncoderConfig(kind="transformer", d_model=16, n_layers=2, d_ff=32, rms_norm=True)
+    assert transformer.core_config() == CoreConfig(layer="transformer", block="none", d_model=16, n_layers=1,
+                                                   final_norm=False, layer_kwargs={"n_layers": 2, "d_ff": 32})
+    with pytest.raises(ValueError, match="unknown history encoder 'lstm'"):
+        HistoryEncoderConfig(kind="lstm").core_config()
