@@ -127,14 +127,16 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
     y = torch.einsum("bctsh,bcshp->bcthp", scores, weighted)
     # Each chunk's own contribution to the state at its end, and the decay of a state passing through it
     to_end = decay[:, :, -1]  # (b, c, s, H)
-    own = torch.einsum("bcsh,bcshp,bcshn->bchpn", to_end, weighted, _heads(Bs, per_group))
+    # two-operand products throughout: einsum's own order for three can build a (b, c, q, H, P, N) intermediate
+    own = torch.einsum("bcshp,bcshn->bchpn", to_end[..., None] * weighted, _heads(Bs, per_group))
     through = torch.exp(log_decay[:, :, -1]) * (seen[:, :, -1] == 0).to(dtype)[..., None]  # (b, c, H)
     entering = []
-    for c in range(chunks):  # chunks, not steps: L / chunk_size products of (b, H, P, N)
+    # unbind once: indexing [:, c] in the loop would make its backward write a whole zero tensor per chunk
+    for passing, added in zip(through.unbind(1), own.unbind(1)):  # chunks, not steps: L / chunk_size products
         entering.append(h)
-        h = through[:, c, :, None, None] * h + own[:, c]
+        h = passing[:, :, None, None] * h + added
     from_start = torch.exp(log_decay) * (seen == 0).to(dtype)[..., None]  # (b, c, q, H)
-    y = y + torch.einsum("bcthn,bchpn,bcth->bcthp", _heads(Cs, per_group), torch.stack(entering, 1), from_start)
+    y = y + torch.einsum("bcthn,bchpn->bcthp", _heads(Cs, per_group), torch.stack(entering, 1)) * from_start[..., None]
     y = y.reshape(b, chunks * q, heads, p)[:, :length]
     if D is not None:
         y = y + x.to(dtype) * D.to(dtype)[:, None]
