@@ -65,24 +65,18 @@ def ssd_reference(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Ten
     """The recurrence one step at a time: x (b, L, H, P), Δ (b, L, H) > 0, A (H,), B, C (b, L, G, N), D (H,),
     initial_state (b, H, P, N), resets (b, L) bool -> (y (b, L, H, P) in x's dtype, last state (b, H, P, N) in
     the compute dtype)."""
-    _, per_group = _check(x, dt, A, B, C, D, initial_state, "ssd_reference")
+    _check(x, dt, A, B, C, D, initial_state, "ssd_reference")
     resets = check_flags("ssd_reference", "resets", resets, x.shape[0], x.shape[1])
     dtype = _compute(x, dt, A, B, C, D, initial_state)
-    x_, dt_, A_ = x.to(dtype), dt.to(dtype), A.to(dtype)
-    B_, C_ = _heads(B.to(dtype), per_group), _heads(C.to(dtype), per_group)
     b, length, heads, p = x.shape
     h = x.new_zeros(b, heads, p, B.shape[3], dtype=dtype) if initial_state is None else initial_state.to(dtype)
     ys = []
     for t in range(length):
         if resets is not None:
             h = h * (~resets[:, t]).to(dtype)[:, None, None, None]
-        decay = torch.exp(dt_[:, t] * A_)[:, :, None, None]
-        h = decay * h + (dt_[:, t, :, None] * x_[:, t])[..., None] * B_[:, t, :, None, :]
-        ys.append(torch.einsum("bhpn,bhn->bhp", h, C_[:, t]))
-    y = torch.stack(ys, dim=1) if ys else x_.new_zeros(x.shape)
-    if D is not None:
-        y = y + x_ * D.to(dtype)[:, None]
-    return y.to(x.dtype), h
+        y_t, h = ssd_step(h, x[:, t], dt[:, t], A, B[:, t], C[:, t], D)
+        ys.append(y_t)
+    return (torch.stack(ys, dim=1) if ys else x.new_zeros(x.shape)), h
 
 
 def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
