@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqssm.blocks.config import SSPConfig
+from seqssm.blocks.config import BlockConfig, SSPConfig
 from seqssm.blocks.ssp import RotarySSP
-from seqssm.layers.base import SequenceLayer, mask_outputs
+from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs
 from seqssm.layers.registry import build_layer
 from seqssm.optim import is_ssm, set_ssm_lr_scale, untag
 
@@ -32,6 +32,24 @@ def untag_ssm(layer: nn.Module, name: str) -> None:
         raise ValueError(f"plain_params: {type(layer).__name__} has no SSM parameter {name!r}; its SSM parameters "
                          f"are {sorted(tagged)}")
     untag(tagged[name])
+
+
+def checked_config(block: str, d_model: int, config: BlockConfig | None, cls: type[BlockConfig]) -> BlockConfig:
+    """A block's `config` (None: `cls`'s defaults), refused unless it is a `cls`, with d_model checked; errors name
+    `block`."""
+    config = cls() if config is None else config
+    if not isinstance(config, cls):
+        raise TypeError(f"{block} takes a {cls.__name__}, got {type(config).__name__}")
+    check_sizes(block, d_model=d_model)
+    return config
+
+
+def add_residual(residual: torch.Tensor, out: torch.Tensor, in_fp32: bool) -> torch.Tensor:
+    """residual + out, with in_fp32 (residual_in_fp32) in at least float32: a lower-precision model keeps its
+    residual stream wide."""
+    if in_fp32:
+        residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
+    return residual + out
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:

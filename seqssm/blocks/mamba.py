@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
+from seqssm.blocks.common import (
+    FeatureDropout, add_residual, checked_config, flip_within_lengths, make_norm, make_ssp
+)
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
-from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, check_sizes, mask_outputs, non_causal_error
+from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
 from seqssm.layers.s6 import S6
 from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
@@ -81,10 +83,7 @@ class MambaBlock(SequenceLayer):
 
     def __init__(self, d_model: int, config: MambaBlockConfig | None = None):
         super().__init__()
-        config = MambaBlockConfig() if config is None else config
-        if not isinstance(config, MambaBlockConfig):
-            raise TypeError(f"MambaBlock takes a MambaBlockConfig, got {type(config).__name__}")
-        check_sizes("MambaBlock", d_model=d_model)
+        config = checked_config("MambaBlock", d_model, config, MambaBlockConfig)
         d_inner = config.expand * d_model
         self.d_model, self.d_inner = d_model, d_inner
         self.bidirectional, self.placebo = config.bidirectional, config.placebo
@@ -148,9 +147,7 @@ class MambaBlock(SequenceLayer):
         if self.dropout_position == "ssp_output":
             gated = self.dropout(gated)  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
         out = self.out_proj(gated)
-        if self.residual_in_fp32:
-            residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
-        return residual + out
+        return add_residual(residual, out, self.residual_in_fp32)
 
     def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) of right-padded sequences (used by the reverse branch) -> (B, L, d_model)."""

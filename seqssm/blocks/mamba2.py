@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import FeatureDropout, make_norm, make_ssp
+from seqssm.blocks.common import FeatureDropout, add_residual, checked_config, make_norm, make_ssp
 from seqssm.blocks.config import Mamba2BlockConfig
-from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs
-from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
+from seqssm.layers.base import SequenceLayer, mask_outputs
+from seqssm.ops.conv1d import causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
 
@@ -44,10 +44,7 @@ class Mamba2Block(SequenceLayer):
 
     def __init__(self, d_model: int, config: Mamba2BlockConfig | None = None):
         super().__init__()
-        config = Mamba2BlockConfig() if config is None else config
-        if not isinstance(config, Mamba2BlockConfig):
-            raise TypeError(f"Mamba2Block takes a Mamba2BlockConfig, got {type(config).__name__}")
-        check_sizes("Mamba2Block", d_model=d_model)
+        config = checked_config("Mamba2Block", d_model, config, Mamba2BlockConfig)
         d_inner = config.expand * d_model
         self.d_model, self.d_inner, self.residual_in_fp32 = d_model, d_inner, config.residual_in_fp32
         self.ssm = make_ssp(config.ssp, d_inner, project=False)
@@ -61,8 +58,10 @@ class Mamba2Block(SequenceLayer):
         self.gated_norm = GatedRMSNorm(d_inner, d_inner // self.ssm.n_groups, config.norm_eps)
         self.out_proj = nn.Linear(d_inner, d_model, bias=config.proj_bias)
 
-    def _split(self, projected: torch.Tensor):
-        """in_proj's output (..., ·) -> z (..., d_inner), xBC (..., conv_dim), Δ before its bias (..., heads)."""
+    def _project(self, x: torch.Tensor):
+        """x (..., d_model) -> in_proj(norm(x)) split into z (..., d_inner), xBC (..., conv_dim) and Δ before its
+        bias (..., heads). The norm reads the residual stream in its own dtype."""
+        projected = self.in_proj(self.norm(x.to(self.norm.weight.dtype)))
         return projected.split([self.d_inner, self.conv_dim, self.ssm.heads], dim=-1)
 
     def _ssm_inputs(self, xbc: torch.Tensor):
@@ -74,30 +73,22 @@ class Mamba2Block(SequenceLayer):
     def _finish(self, residual: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """residual + out_proj(norm(dropout(y) SiLU(z))), the residual widened with residual_in_fp32."""
         out = self.out_proj(self.gated_norm(self.dropout(y), z))
-        if self.residual_in_fp32:
-            residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
-        return residual + out
+        return add_residual(residual, out, self.residual_in_fp32)
 
     def _scan(self, x, state, resets, mask):
         """x (B, L, d_model), state or None, resets / mask (B, L) -> (y (B, L, d_model), state)."""
         conv_state, ssd_state = (None, None) if state is None else state
-        z, xbc, dt = self._split(self.in_proj(self.norm(x.to(self.norm.weight.dtype))))
+        z, xbc, dt = self._project(x)
         xbc, conv_state = masked_causal_conv1d(xbc.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias,
                                                conv_state, resets, mask)
         u, B, C = self._ssm_inputs(F.silu(xbc).transpose(1, 2))
         y, ssd_state = self.ssm.scan_projected(u, dt, B, C, ssd_state, resets, mask)
         return mask_outputs(mask, self._finish(x, y, z)), (conv_state, ssd_state)
 
-    def _forward(self, x, lengths=None):
-        z, xbc, dt = self._split(self.in_proj(self.norm(x.to(self.norm.weight.dtype))))
-        xbc = causal_conv1d(xbc.transpose(1, 2), self.conv1d.weight[:, 0], self.conv1d.bias)
-        u, B, C = self._ssm_inputs(F.silu(xbc).transpose(1, 2))
-        return self._finish(x, self.ssm.scan_projected(u, dt, B, C)[0], z)
-
     def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
         conv_state, ssd_state = state
-        z, xbc, dt = self._split(self.in_proj(self.norm(x_t.to(self.norm.weight.dtype))))
+        z, xbc, dt = self._project(x_t)
         xbc, conv_state = causal_conv1d_step(xbc, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)
         u, B, C = self._ssm_inputs(F.silu(xbc))
         y, ssd_state = self.ssm.step_projected(u, dt, B, C, ssd_state)

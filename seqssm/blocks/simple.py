@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from seqssm.blocks.common import FeatureDropout, WrapperBlock, make_norm, make_ssp
+from seqssm.blocks.common import FeatureDropout, WrapperBlock, checked_config, make_norm, make_ssp
 from seqssm.blocks.config import SimpleBlockConfig
-from seqssm.layers.base import check_sizes
 
 
 class SimpleBlock(WrapperBlock):
@@ -19,10 +18,7 @@ class SimpleBlock(WrapperBlock):
 
     def __init__(self, d_model: int, config: SimpleBlockConfig | None = None):
         super().__init__()
-        config = SimpleBlockConfig() if config is None else config
-        if not isinstance(config, SimpleBlockConfig):
-            raise TypeError(f"SimpleBlock takes a SimpleBlockConfig, got {type(config).__name__}")
-        check_sizes("SimpleBlock", d_model=d_model)
+        config = checked_config("SimpleBlock", d_model, config, SimpleBlockConfig)
         self.ssp = make_ssp(config.ssp, d_model)
         self.dropout = FeatureDropout(config.dropout)
         self.glu = nn.Linear(d_model, 2 * d_model)
