@@ -53,8 +53,7 @@ def contenders(args) -> dict:
         mamba2.save_pretrained(folder, format="hf")
         hf = Mamba2ForCausalLM.from_pretrained(folder).train()
     size = sum(p.numel() for p in mamba2.parameters())
-    # mamba-s6 at the width whose parameter count comes closest to the Mamba-2 model's
-    width = min(range(16, 4 * args.d_model, 8), key=lambda d: abs(_s6_params(args, d) - size))
+    width = _s6_width(args, size)
     s6 = build("mamba-s6", vocab_size=args.vocab, d_model=width, n_layers=args.layers, d_state=16, dropout=0.0).train()
     own = lambda m, ids: m(ids)  # noqa: E731
     return {
@@ -63,6 +62,18 @@ def contenders(args) -> dict:
                                                           args.length)),
         f"seqssm mamba-s6 (d_model {width})": (s6, step_fn(s6, own, args.vocab, args.batch, args.length)),
     }
+
+
+def _s6_width(args, size: int) -> int:
+    """The multiple of 8 at which mamba-s6's parameter count comes closest to `size`: a bisection, since the
+    count grows with the width (each candidate is a model built)."""
+    low, high = 1, args.d_model // 2  # in steps of 8 channels
+    while _s6_params(args, 8 * high) < size:
+        high *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _s6_params(args, 8 * middle) < size else (low, middle)
+    return min((8 * low, 8 * high), key=lambda d: abs(_s6_params(args, d) - size))
 
 
 def _s6_params(args, d_model: int) -> int:
