@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqssm.ops.backend import NEVER, Backend, Call, choose, register
+from seqssm.ops.backend import (
+    CUDA, NEVER, REAL, Backend, Call, choose, register, triton_device_check, triton_missing,
+)
 from seqssm.ops.checks import check_flags, check_floating
 
 SSD_CHUNK = 64
@@ -157,16 +159,21 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor |
              backend: str = "auto") -> tuple[Tensor, Tensor]:
     """The SSD scan: x (b, L, H, P), Δ (b, L, H) > 0, A (H,), B, C (b, L, G, N), D (H,), initial_state (b, H, P, N),
     resets (b, L) bool (True at t zeroes the state before step t) -> (y (b, L, H, P) in x's dtype, last state
-    (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "chunked")."""
+    (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "triton" on CUDA, else
+    "chunked"); chunk_size: steps per chunk of "chunked", and the most per chunk of "triton"."""
     check_floating("ssd_scan", x=x, dt=dt, A=A, B=B, C=C, D=D, initial_state=initial_state)
     floats = (x, dt, A, B, C, D, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
                 resets is not None)
     fn = choose("ssd", backend, call)
-    if fn is ssd_chunked:
-        return fn(x, dt, A, B, C, D, initial_state, resets, chunk_size)
-    return fn(x, dt, A, B, C, D, initial_state, resets)
+    if fn is ssd_reference:
+        return fn(x, dt, A, B, C, D, initial_state, resets)
+    return fn(x, dt, A, B, C, D, initial_state, resets, chunk_size)
 
 
 register(Backend("ssd", "reference", ssd_reference, auto_devices=NEVER))
+# Triton computes in float32: a float64 input falls back to "chunked" on "auto".
+register(Backend("ssd", "triton", "seqssm.ops.triton_ssd:ssd_triton", devices=frozenset({"cuda", "cpu"}),
+                 auto_devices=CUDA, dtypes=REAL - {torch.float64}, available=triton_missing,
+                 check=triton_device_check))
 register(Backend("ssd", "chunked", ssd_chunked))

@@ -12,7 +12,6 @@ refuses CPU tensors otherwise); it is slow and meant for tests.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 
 import torch
@@ -20,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from seqssm.ops.backend import triton_interpreting
+from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
 from seqssm.ops.selective import _groups
 
 # Time steps per chunk of the linear scan. Scans inside a chunk are log-depth along the time axis of
@@ -53,29 +52,19 @@ _REGISTER_FILE = 65536
 _INT32_MAX = 2**31 - 1
 
 
-@functools.lru_cache(maxsize=2)
 def _kernels(interpret: bool):
-    """The kernels module, compiled or interpreted. Triton fixes that choice when it decorates a function,
-    so each mode loads triton_kernels.py as a module of its own: both can live in one process."""
-    path = os.path.join(os.path.dirname(__file__), "triton_kernels.py")
-    mode = "interpreted" if interpret else "compiled"
-    spec = importlib.util.spec_from_file_location(f"seqssm.ops._triton_kernels_{mode}", path)
-    module = importlib.util.module_from_spec(spec)
-    with triton.knobs.runtime.scope():
-        triton.knobs.runtime.interpret = interpret
-        spec.loader.exec_module(module)
-    return module
+    """The kernels module (triton_kernels.py), compiled or interpreted."""
+    return load_kernels("triton_kernels.py", interpret)
 
 
 def _for(device: torch.device):
     """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
-    interpret = device.type == "cpu" or triton_interpreting()
-    return _kernels(interpret), interpret
+    return kernels_for("triton_kernels.py", device)
 
 
 def _launch(kernel, grid, *args, **kwargs) -> None:
     """Every kernel launch goes through here (the compile check records them instead)."""
-    kernel[grid](*args, **kwargs)
+    launch(kernel, grid, *args, **kwargs)
 
 
 def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[tuple[int, int]]:

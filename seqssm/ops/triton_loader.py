@@ -1,0 +1,43 @@
+"""Loading the Triton kernel files of `seqssm.ops`, compiled or interpreted, and launching their kernels.
+
+Triton fixes whether a kernel is compiled or interpreted when it decorates the function, so each kernel file
+(`triton_kernels.py`, `triton_ssd_kernels.py`) is loaded once per mode as a module of its own: both modes can
+live in one process (CUDA tensors compiled, CPU tensors interpreted under TRITON_INTERPRET=1).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+import triton
+
+from seqssm.ops.backend import triton_interpreting
+
+
+@functools.lru_cache(maxsize=None)
+def load_kernels(filename: str, interpret: bool):
+    """The kernel file `filename` of seqssm/ops as a module, its kernels compiled or interpreted."""
+    path = os.path.join(os.path.dirname(__file__), filename)
+    mode = "interpreted" if interpret else "compiled"
+    spec = importlib.util.spec_from_file_location(f"seqssm.ops._{filename.removesuffix('.py')}_{mode}", path)
+    module = importlib.util.module_from_spec(spec)
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = interpret
+        spec.loader.exec_module(module)
+    return module
+
+
+def kernels_for(filename: str, device: torch.device):
+    """(the kernels of `filename` for tensors on `device`, interpreted?): interpreted on CPU, and everywhere under
+    TRITON_INTERPRET=1."""
+    interpret = device.type == "cpu" or triton_interpreting()
+    return load_kernels(filename, interpret), interpret
+
+
+def launch(kernel, grid, *args, **kwargs) -> None:
+    """Launch `kernel` on `grid` (the launchers call it through their own `_launch`, which the compile check
+    replaces to record launches instead)."""
+    kernel[grid](*args, **kwargs)

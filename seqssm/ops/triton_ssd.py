@@ -1,0 +1,209 @@
+"""The Triton backend of the SSD scan (`seqssm.ops.ssd`): launchers around the kernels of
+`seqssm.ops.triton_ssd_kernels`, registered as `torch.library` custom ops (forward and backward each one op, with
+fake implementations), so that `torch.compile(fullgraph=True)` keeps them in its graph.
+
+The kernels walk the sequence in chunks of `ssd_tile(chunk_size)` steps (at most SSD_MAX_TILE: the (tile, tile)
+decay matrix and the (tile, N) B and C live in registers beside the state) and keep the state entering every chunk,
+float32 (batch, chunks, H, P, N), for the backward pass, which recomputes each chunk from it. The results do not
+depend on the chunk length (the chunked form is exact). On CPU tensors the kernels run in Triton's interpreter,
+which TRITON_INTERPRET=1 allows (the registry refuses CPU tensors otherwise); it is slow and meant for tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from torch import Tensor
+
+from seqssm.ops.checks import check_flags
+from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+
+# Steps per chunk of the kernels. A chunk's (tile, tile) decay and score matrices and its (tile, N) B, C and their
+# gradients are register tiles; at mamba2-130m widths (P 64, N 128) 64 steps keep the kernels free of spills on
+# sm_80 and sm_90 (the compile check, docs/gpu.md).
+SSD_MAX_TILE = 64
+# tl.dot needs every side of a tile to be at least 16 when compiled; the interpreter takes any power of two.
+_MIN_DOT = 16
+# Channels of head_dim per program: the (BLOCK_P, N) state and its gradient are two of the largest tiles. The
+# interpreter's small block gives the tests several channel blocks per head.
+_BLOCK_P = {False: 32, True: 4}
+# Warps per program, forward and backward (the compile check's spill rule picked them).
+_WARPS = {"fwd": 4, "bwd": 8}
+
+
+def _kernels(interpret: bool):
+    """The kernels module (triton_ssd_kernels.py), compiled or interpreted."""
+    return load_kernels("triton_ssd_kernels.py", interpret)
+
+
+def _for(device: torch.device):
+    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
+    return kernels_for("triton_ssd_kernels.py", device)
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Every kernel launch goes through here (the compile check records them instead)."""
+    launch(kernel, grid, *args, **kwargs)
+
+
+def ssd_tile(chunk_size: int, length: int, interpret: bool) -> int:
+    """Steps per chunk of the kernels for `chunk_size` and sequences of `length`: a power of two, at most
+    SSD_MAX_TILE and no longer than the sequence needs."""
+    if chunk_size < 1:
+        raise ValueError(f"ssd_scan: chunk_size must be >= 1, got {chunk_size}")
+    tile = min(SSD_MAX_TILE, triton.next_power_of_2(chunk_size), triton.next_power_of_2(max(length, 1)))
+    return tile if interpret else max(tile, _MIN_DOT)
+
+
+def _blocks(p: int, n: int, interpret: bool) -> tuple[int, int]:
+    """(BLOCK_P, BLOCK_N): channel block of head_dim, and all of d_state, each a power of two."""
+    floor = 1 if interpret else _MIN_DOT
+    return max(floor, min(_BLOCK_P[interpret], triton.next_power_of_2(p))), max(floor, triton.next_power_of_2(n))
+
+
+def _chunks(length, tile: int):
+    """How many chunks of `tile` steps a sequence of `length` (an int, or a symbolic one while compiling) has."""
+    return (length + tile - 1) // tile
+
+
+def _launch_args(x, dt, A, B, C, resets, tile):
+    """The kernel of this call, its grid, and the sizes, strides and flags both directions share."""
+    kernels, interpret = _for(x.device)
+    batch, length, heads, p = x.shape
+    groups, n = B.shape[2], B.shape[3]
+    block_p, block_n = _blocks(p, n, interpret)
+    n_pblocks = triton.cdiv(p, block_p)
+    r_strides = resets.stride() if resets is not None else (0, 0)
+    strides = (*x.stride(), *dt.stride(), *B.stride(), *C.stride(), *r_strides)
+    # Δ x and the scores are float32; 16-bit inputs carry less precision than tf32 keeps, float32 ones get IEEE dots.
+    precision = "ieee" if x.dtype == torch.float32 or interpret else "tf32"
+    flags = dict(HAS_RESETS=resets is not None, BLOCK_Q=tile, BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision)
+    grid = (batch * heads * n_pblocks,)
+    sizes = dict(length=length, heads=heads, head_dim=p, d_state=n, per_group=heads // groups, n_pblocks=n_pblocks,
+                 n_chunks=_chunks(length, tile))
+    return kernels, grid, sizes, strides, flags
+
+
+def ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile: int, store_states: bool):
+    """The forward op's implementation (the compile check calls it on meta tensors): x (b, L, H, P), Δ (b, L, H),
+    A (H,), B, C (b, L, G, N), D (H,) or None, initial_state (b, H, P, N) or None, resets (b, L) bool or None ->
+    (y (b, L, H, P) in x's dtype, the last state (b, H, P, N) float32, the state entering every chunk of `tile`
+    steps (b, chunks, H, P, N) float32, empty unless store_states)."""
+    batch, length, heads, p = x.shape
+    n = B.shape[3]
+    kernels, grid, sizes, strides, flags = _launch_args(x, dt, A, B, C, resets, tile)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    last = torch.empty(batch, heads, p, n, dtype=torch.float32, device=x.device)
+    states = torch.empty(batch, sizes["n_chunks"] if store_states else 0, heads, p, n, dtype=torch.float32,
+                         device=x.device)
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    # x stands for absent optional tensors (never read or written).
+    _launch(kernels.ssd_fwd, grid, x, dt, A, B, C, D if D is not None else x, h0 if h0 is not None else x,
+            resets if resets is not None else x, y, states if store_states else x, last, *sizes.values(), *strides,
+            HAS_D=D is not None, HAS_H0=h0 is not None, STORE_STATES=store_states, num_warps=_WARPS["fwd"], **flags)
+    return y, last, states
+
+
+@torch.library.custom_op("seqssm::ssd_triton", mutates_args=())
+def _ssd_op(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, initial_state: Tensor | None,
+            resets: Tensor | None, tile: int, store_states: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """`ssd_forward` as an op."""
+    return ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile, store_states)
+
+
+@_ssd_op.register_fake
+def _(x, dt, A, B, C, D, initial_state, resets, tile, store_states):
+    batch, length, heads, p = x.shape
+    n = B.shape[3]
+    states = x.new_empty(batch, _chunks(length, tile) if store_states else 0, heads, p, n, dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(batch, heads, p, n,
+                                                                                  dtype=torch.float32), states
+
+
+def ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile: int, has_initial_state: bool):
+    """The backward op's implementation: the gradients of `ssd_forward` -> (x, Δ, A, B, C, D, initial state), each
+    in its input's dtype (the initial state's: float32), empty for an absent input."""
+    batch, length, heads, p = x.shape
+    groups, n = B.shape[2], B.shape[3]
+    kernels, grid, sizes, strides, flags = _launch_args(x, dt, A, B, C, resets, tile)
+    programs = grid[0]
+    grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    grad_dt = torch.zeros(batch, length, heads, dtype=torch.float32, device=x.device)
+    grad_B = torch.zeros(batch, length, groups, n, dtype=torch.float32, device=x.device)
+    grad_C = torch.zeros(batch, length, groups, n, dtype=torch.float32, device=x.device)
+    grad_A = torch.empty(programs, dtype=torch.float32, device=x.device)
+    grad_D = torch.empty(programs, dtype=torch.float32, device=x.device)
+    grad_h0 = torch.empty(batch, heads, p, n, dtype=torch.float32, device=x.device)
+    last = grad_last.contiguous() if grad_last is not None else None
+    _launch(kernels.ssd_bwd, grid, x, dt, A, B, C, D if D is not None else x, resets if resets is not None else x,
+            states, grad_y, last if last is not None else x, grad_x, grad_dt, grad_B, grad_C, grad_A, grad_D, grad_h0,
+            *list(sizes.values())[:5], groups, *list(sizes.values())[5:], *strides, *grad_y.stride(),
+            HAS_D=D is not None, HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"],
+            **flags)
+    # The programs are (batch, head, channel block) in that order: dA and dD sum over batch and channel blocks.
+    per_head = lambda g: g.view(batch, heads, -1).sum((0, 2))  # noqa: E731
+    return (grad_x, grad_dt.to(dt.dtype), per_head(grad_A).to(A.dtype), grad_B.to(B.dtype), grad_C.to(C.dtype),
+            per_head(grad_D).to(D.dtype) if D is not None else x.new_empty(0),
+            grad_h0 if has_initial_state else x.new_empty(0))
+
+
+@torch.library.custom_op("seqssm::ssd_triton_backward", mutates_args=())
+def _ssd_backward_op(grad_y: Tensor, grad_last: Tensor | None, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                     D: Tensor | None, resets: Tensor | None, states: Tensor, tile: int, has_initial_state: bool,
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`ssd_backward` as an op."""
+    return ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, has_initial_state)
+
+
+@_ssd_backward_op.register_fake
+def _(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, has_initial_state):
+    batch, _, heads, p = x.shape
+    contiguous = dict(memory_format=torch.contiguous_format)
+    return (torch.empty_like(x, **contiguous), torch.empty_like(dt, **contiguous), torch.empty_like(A),
+            torch.empty_like(B, **contiguous), torch.empty_like(C, **contiguous),
+            torch.empty_like(D) if D is not None else x.new_empty(0),
+            x.new_empty(batch, heads, p, B.shape[3], dtype=torch.float32) if has_initial_state else x.new_empty(0))
+
+
+def _setup(ctx, inputs, output):
+    x, dt, A, B, C, D, initial_state, resets, tile, _ = inputs
+    ctx.save_for_backward(x, dt, A, B, C, D, resets, output[2])
+    ctx.tile, ctx.has_initial_state = tile, initial_state is not None
+    # An unused y or last state then reaches backward as None.
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_y, grad_last, _):
+    x, dt, A, B, C, D, resets, states = ctx.saved_tensors
+    if grad_y is None:  # only the last state was used
+        grad_y = torch.zeros_like(x)
+    elif 0 in grad_y.stride():  # an expanded view (of y.sum(), say): its tiles would overlap
+        grad_y = grad_y.contiguous()
+    grads = torch.ops.seqssm.ssd_triton_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, ctx.tile,
+                                                 ctx.has_initial_state)
+    present = (x, dt, A, B, C, D, ctx.has_initial_state or None)
+    return (*(g if t is not None else None for g, t in zip(grads, present)), None, None, None)
+
+
+_ssd_op.register_autograd(_backward, setup_context=_setup)
+
+
+def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_size=64):
+    """Triton `ssd_scan`: x (b, L, H, P), Δ (b, L, H), A (H,), B, C (b, L, G, N), D (H,), initial_state (b, H, P, N),
+    resets (b, L) bool -> (y (b, L, H, P) in x's dtype, last state (b, H, P, N) float32), as `ssd_reference`."""
+    from seqssm.ops.ssd import _check
+
+    _check(x, dt, A, B, C, D, initial_state, "ssd_triton")
+    batch, length = x.shape[:2]
+    resets = check_flags("ssd_triton", "resets", resets, batch, length)
+    tile = ssd_tile(chunk_size, length, _for(x.device)[1])
+    if batch == 0 or length == 0:
+        last = (initial_state.to(torch.float32) if initial_state is not None
+                else x.new_zeros(batch, x.shape[2], x.shape[3], B.shape[3], dtype=torch.float32))
+        return x.new_zeros(x.shape), last
+    resets = resets.to(device=x.device, dtype=torch.bool) if resets is not None else None
+    A, D = A.contiguous(), D.contiguous() if D is not None else None  # the kernels read them one head apart
+    floats = (x, dt, A, B, C, D, initial_state)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in floats)
+    y, last, _ = _ssd_op(x, dt, A, B, C, D, initial_state, resets, tile, needs_grad)
+    return y, last
