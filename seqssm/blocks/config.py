@@ -195,6 +195,55 @@ class Mamba2BlockConfig(GatedBlockConfig):
             raise ValueError("the Mamba-2 block takes no RoPE before its SSD: drop rope (or -rope from the name)")
 
 
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The attention layers of a hybrid stack (mamba_ssm's `attn_cfg` of its `MHA`): n_heads query heads of head_dim
+    channels (None: d_model / n_heads), n_kv_heads key / value heads (None: n_heads; fewer: grouped-query attention),
+    rotary embeddings on the first rotary_dim channels of each query and key head (0: none; base rotary_base, the two
+    halves rotated against each other as flash_attn's non-interleaved form does), biases of the qkv and out
+    projections, softmax_scale (None: 1 / sqrt(head_dim)), d_conv the width of a causal depthwise conv over q, k and v
+    (0: none), mlp_dim channels of a gated MLP (up * SiLU(gate), from the same projection as q, k, v) whose mlp_dim / 2
+    outputs join the attention's before out_proj (0: none)."""
+
+    n_heads: int
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    rotary_dim: int = 0
+    rotary_base: float = 10000.0
+    qkv_bias: bool = True
+    out_bias: bool = True
+    softmax_scale: float | None = None
+    d_conv: int = 0
+    mlp_dim: int = 0
+
+    def __post_init__(self):
+        check_sizes("AttentionConfig", n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
+        check_sizes("AttentionConfig", minimum=0, rotary_dim=self.rotary_dim, d_conv=self.d_conv, mlp_dim=self.mlp_dim)
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            raise ValueError(f"AttentionConfig: n_heads {self.n_heads} must be a multiple of n_kv_heads "
+                             f"{self.n_kv_heads} (each key / value head serves a group of query heads)")
+        if self.rotary_dim % 2 or (self.head_dim is not None and self.rotary_dim > self.head_dim):
+            raise ValueError(f"AttentionConfig: rotary_dim must be even and at most head_dim, got {self.rotary_dim}")
+        if self.mlp_dim % 2:
+            raise ValueError(f"AttentionConfig: mlp_dim splits into up and gate halves: give an even number, got "
+                             f"{self.mlp_dim}")
+        if not self.rotary_base > 0 or (self.softmax_scale is not None and not self.softmax_scale > 0):
+            raise ValueError(f"AttentionConfig: rotary_base and softmax_scale must be positive, got "
+                             f"{self.rotary_base} and {self.softmax_scale}")
+
+    @classmethod
+    def from_dict(cls, data: "AttentionConfig | dict[str, Any]") -> "AttentionConfig":
+        """The config of a dict of its fields (a config passes through); unknown names are refused."""
+        if isinstance(data, AttentionConfig):
+            return data
+        if not isinstance(data, dict):
+            raise TypeError(f"attn must be an AttentionConfig or a dict of its fields, got {type(data).__name__}")
+        unknown = sorted(set(data) - _field_names(cls))
+        if unknown:
+            raise ValueError(f"unknown attention setting(s) {unknown}; AttentionConfig has {sorted(_field_names(cls))}")
+        return cls(**data)
+
+
 BLOCK_CONFIGS: dict[str, type[BlockConfig]] = {c.kind: c for c in (MambaBlockConfig, SimpleBlockConfig,
                                                                    Mamba2BlockConfig)}
 # flat name of the one-level config of earlier versions -> SSPConfig field (block fields kept their names)

@@ -309,13 +309,14 @@ class SequenceLayer(nn.Module):
             expected = layout.replace("d_model", str(width)) if width is not None else layout
             raise InputShapeError(f"{where}: x must be {layout} = {expected}, got {tuple(x.shape)}")
 
-    def _check_state(self, where: str, state: State, batch: int) -> None:
-        """The state against `initial_state`'s: same structure, shapes and kind (precision may differ)."""
+    def _check_state(self, where: str, state: State, batch: int, path: str = "state") -> None:
+        """The state (named `path` in errors) against `initial_state`'s: same structure, shapes and kind (precision
+        may differ)."""
         template = self.__dict__.get("_state_template")
         if template is None:  # shapes and kinds of a state do not change with the parameters: built once
             template = self.initial_state(1, device=torch.device("meta"))
             self.__dict__["_state_template"] = template
-        _check_state_leaf(where, "state", template, state, batch)
+        _check_state_leaf(where, path, template, state, batch)
 
     def _checked_scan(self, x, state, resets, mask, time_dim: int):
         method = "scan" if time_dim == 1 else "scan_channels_first"

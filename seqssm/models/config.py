@@ -16,7 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqssm.blocks.config import BlockConfig, MambaBlockConfig, SimpleBlockConfig, block_config
+from seqssm.blocks.config import AttentionConfig, BlockConfig, MambaBlockConfig, SimpleBlockConfig, block_config
+from seqssm.blocks.stack import hybrid_layers
 
 POOLINGS = ("mean", "last", "cls", None)
 
@@ -26,7 +27,9 @@ class SequenceModelConfig:
     """A SequenceModel: embedding of token ids (vocab_size) or numbers (d_input) to d_model, n_layers blocks
     (`block`, holding its SSP's config), then pooling ("mean", "last", "cls" or None) and a head of n_classes
     outputs, or with neither a language-model head over the vocabulary (tied to the embedding if
-    tie_embeddings). The embedding has vocab_size rounded up to a multiple of pad_vocab_size_multiple rows."""
+    tie_embeddings). The embedding has vocab_size rounded up to a multiple of pad_vocab_size_multiple rows.
+    attn_layer_idx: the depths (0-based) that hold attention layers of settings `attn` (an AttentionConfig) instead
+    of `block`: a hybrid stack, as mamba_ssm's MambaConfig names them."""
 
     d_model: int
     n_layers: int = 6
@@ -37,17 +40,24 @@ class SequenceModelConfig:
     pooling: str | None = "mean"
     tie_embeddings: bool = False
     pad_vocab_size_multiple: int = 1
+    attn_layer_idx: list[int] = field(default_factory=list)
+    attn: AttentionConfig | None = None
 
     def __post_init__(self):
         if not isinstance(self.block, BlockConfig):
             raise TypeError(f"SequenceModelConfig.block must be a block config (MambaBlockConfig, SimpleBlockConfig), "
                             f"got {type(self.block).__name__}; SequenceModelConfig.from_dict reads dicts")
+        if self.attn is not None:  # a dict (config.json, a recipe) becomes the typed config
+            object.__setattr__(self, "attn", AttentionConfig.from_dict(self.attn))
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {POOLINGS}")
         for name in ("d_model", "n_layers", "pad_vocab_size_multiple"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        # a list, as JSON gives it back, so that a config equals itself after a round trip through config.json
+        object.__setattr__(self, "attn_layer_idx", hybrid_layers(self.block, self.n_layers, self.attn_layer_idx,
+                                                                 self.attn))
 
     @property
     def is_lm(self) -> bool:
@@ -57,9 +67,11 @@ class SequenceModelConfig:
     def replace(self, **changes: Any) -> "SequenceModelConfig":
         """A copy with `changes`: fields of this config ("block" a config, a dict of its fields, or a kind name for
         that kind's defaults), or fields of the block and of its SSP by name (dropout=0.0, d_state=8, ssp="s4d",
-        rope={}, ...: `seqssm.blocks.block_config`)."""
+        rope={}, ...: `seqssm.blocks.block_config`); attn as a dict changes only the settings it names."""
         own = {f.name for f in dataclasses.fields(self)} - {"block"}
         top = {k: changes.pop(k) for k in list(changes) if k in own}
+        if isinstance(top.get("attn"), dict) and self.attn is not None:  # a dict changes the attention's settings
+            top["attn"] = AttentionConfig.from_dict({**dataclasses.asdict(self.attn), **top["attn"]})
         block = changes.pop("block", self.block)
         if isinstance(block, dict):
             block = block_config(self.block, **block)
@@ -71,6 +83,10 @@ class SequenceModelConfig:
         """The nested JSON-able form: {"d_model", ..., "block": {"kind", ..., "ssp": {...}}}."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["block"] = self.block.to_dict()
+        if self.attn is None:  # files of models without attention stay readable by versions before hybrids
+            del out["attn"], out["attn_layer_idx"]
+        else:
+            out["attn"] = dataclasses.asdict(self.attn)
         return out
 
     @classmethod

@@ -119,7 +119,7 @@ class SequenceModel(nn.Module):
         else:
             self.embedding = nn.Linear(c.d_input, c.d_model)
         self.cls_token = nn.Parameter(torch.randn(c.d_model) * 0.02) if c.pooling == "cls" else None
-        self.backbone = make_stack(c.block, c.d_model, c.n_layers)
+        self.backbone = make_stack(c.block, c.d_model, c.n_layers, attn_layer_idx=c.attn_layer_idx, attn=c.attn)
         if c.is_lm:
             self.head = nn.Linear(c.d_model, self.embedding.num_embeddings, bias=False)
             if c.tie_embeddings:
@@ -289,7 +289,7 @@ class SequenceModel(nn.Module):
         cuda_graph: bool = False,
     ) -> torch.Tensor:
         """Prompt ids (B, L) -> (B, L + max_new_tokens): the prompt is scanned once, then each new token
-        costs one `step` on the fixed-size state. temperature 0 is greedy. Put the model in eval mode first.
+        costs one `step` on the fixed-size state (plus the KV cache of attention layers, one step longer per token). temperature 0 is greedy. Put the model in eval mode first.
 
         input_ids: integer ids in [0, vocab_size), shape (batch, L) with L >= 1 (a 1-D prompt is refused, not
         guessed to be batch 1: pass input_ids[None]); batch 0 gives (0, L + max_new_tokens). max_new_tokens >= 0,
@@ -305,6 +305,10 @@ class SequenceModel(nn.Module):
         self._check_inputs(input_ids, "generate", "input_ids")
         if not isinstance(cuda_graph, bool):
             raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
+        if cuda_graph and self.config.attn_layer_idx:
+            raise ValueError("cuda_graph=True replays one graph on fixed-size states; the KV cache of this model's "
+                             f"attention layers (attn_layer_idx {self.config.attn_layer_idx}) grows by one step per "
+                             "token: generate without cuda_graph")
         if cuda_graph and input_ids.device.type != "cuda":
             raise ValueError(f"cuda_graph=True replays CUDA graphs: it needs the model and input_ids on a CUDA device, "
                              f"got input_ids on {input_ids.device}")
