@@ -289,7 +289,8 @@ class SequenceModel(nn.Module):
         cuda_graph: bool = False,
     ) -> torch.Tensor:
         """Prompt ids (B, L) -> (B, L + max_new_tokens): the prompt is scanned once, then each new token
-        costs one `step` on the fixed-size state (plus the KV cache of attention layers, one step longer per token). temperature 0 is greedy. Put the model in eval mode first.
+        costs one `step` on the fixed-size state (the KV cache of attention layers grows by one step per token).
+        temperature 0 is greedy. Put the model in eval mode first.
 
         input_ids: integer ids in [0, vocab_size), shape (batch, L) with L >= 1 (a 1-D prompt is refused, not
         guessed to be batch 1: pass input_ids[None]); batch 0 gives (0, L + max_new_tokens). max_new_tokens >= 0,
