@@ -31,13 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from seqssm.errors import StudyError
-from seqssm.recipes import differences, merge, read_recipe, recipes_root
+from seqssm.recipes import merge, read_recipe, recipes_root
+from seqssm.study.fitting import RESULT, finished_record, fit_in_folder, restart_note, write_record
 
 RECIPES = recipes_root() / "species"  # the packaged recipes' species/
-RESULT = "result.json"
 
 
 @dataclass(frozen=True)
@@ -236,30 +234,18 @@ class SpeciesStudy:
 
     # -- running ---------------------------------------------------------------------------------
     def _done(self, run_dir: Path, config: dict) -> dict | None:
-        path = run_dir / RESULT
-        if not path.is_file():
-            return None
-        result = json.loads(path.read_text())
-        changed = differences(result.get("config"), config)
-        if changed:
-            raise StudyError(f"{path} was made with other settings ({'; '.join(changed)}); use another --out, or "
-                             f"delete {run_dir} to run it again")
-        return result
+        return finished_record(run_dir, config, StudyError)
 
     def _fit(self, name: str, run_dir: Path, config: dict) -> dict:
-        from .fitting import fit_in_folder
-
         done = self._done(run_dir, config)
         if done is not None:
             self.log(f"[study] {name}: done before, skipped ({run_dir / RESULT})")
             return done
-        checkpoints = run_dir / "checkpoints"
-        interrupted = " (interrupted before: starting over)" if checkpoints.is_dir() else ""
-        self.log(f"[study] {name}: fitting{interrupted} -> {run_dir}")
+        self.log(f"[study] {name}: fitting{restart_note(run_dir)} -> {run_dir}")
         cli, clock = fit_in_folder(run_dir, config)
         task = cli.model
         metric = f"val_{task.metric_name}"
-        last = checkpoints / "last.ckpt"
+        last = run_dir / "checkpoints" / "last.ckpt"
         checkpoint = cli.trainer.checkpoint_callback
         best = checkpoint.best_model_score if checkpoint is not None else None
         result = {
@@ -273,7 +259,7 @@ class SpeciesStudy:
             "n_params": sum(p.numel() for p in task.model.parameters()),
             "checkpoint": str(last), "provenance": getattr(task.model, "provenance", None),
         }
-        (run_dir / RESULT).write_text(json.dumps(result, indent=2) + "\n")
+        write_record(run_dir, result)
         self.log(f"[study] {name}: {metric} {result['final']:.4f} in {result['fit_s']:.0f}s")
         return result
 
@@ -310,7 +296,7 @@ class SpeciesStudy:
                   "n_params": surgery.count_parameters(model),
                   "native_bidirectional_n_params": surgery.count_parameters(native),
                   "provenance": model.provenance}
-        (run_dir / RESULT).write_text(json.dumps(result, indent=2) + "\n")
+        write_record(run_dir, result)
         self.log(f"[study] {length}/surgery/{name}: {operation}({', '.join(stages)}) -> {folder}")
         return result
 

@@ -11,7 +11,6 @@ A run that fails is reported with its error; the runs that need it are skipped, 
 from __future__ import annotations
 
 import concurrent.futures as futures
-import json
 import multiprocessing
 import os
 import queue as queues
@@ -23,14 +22,12 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from seqssm.errors import ReproduceError
-from seqssm.files import atomic_write
-from seqssm.recipes import differences
+from seqssm.study.fitting import finished_record, restart_note, write_record
 
 from . import work
 from .claim import Claim, Run
 from .report import Part, Timing, write_index, write_report
 
-RESULT = "result.json"
 POLL_S = 0.5
 
 _progress_queue = None  # a worker process's queue back to the main process (set by _init_worker)
@@ -55,21 +52,7 @@ def _execute(run: Run, run_dir: Path, progress: Callable[[int], None]) -> dict:
     result = work.WORKERS[run.kind](run_dir, run.config, progress)
     record = {"key": run.key, "arm": run.arm, "seed": run.seed, "kind": run.kind, "config": run.config,
               "wall_s": round(time.perf_counter() - start, 2), "result": result}
-    atomic_write(run_dir / RESULT, json.dumps(record, indent=2) + "\n")
-    return record
-
-
-def finished(run: Run, run_dir: Path) -> dict | None:
-    """The record of `run` if run_dir holds it finished with the same config; None if not run; an error if run with
-    another config."""
-    path = run_dir / RESULT
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    changed = differences(record.get("config"), json.loads(json.dumps(run.config)))
-    if changed:
-        raise ReproduceError(f"{path} was made with other settings ({'; '.join(changed[:5])}); use another --out, "
-                             f"or delete {run_dir} to run it again")
+    write_record(run_dir, record)
     return record
 
 
@@ -107,11 +90,14 @@ def execute(runs: list[Run], folder: Path, jobs: int, log: Callable[[str], None]
     missing = sorted({n for r in runs for n in r.needs} - keys)
     if len(keys) != len(runs) or missing:
         raise ReproduceError(f"claim runs are inconsistent: duplicate keys or unknown dependencies {missing}")
-    records = {r.key: rec for r in runs if (rec := finished(r, folder / r.key)) is not None}
+    records = {r.key: rec for r in runs if (rec := finished_record(folder / r.key, r.config, ReproduceError))}
     reused = len(records)
     if reused:
         log(f"[reproduce] {reused} of {len(runs)} runs finished before: skipped")
     pending = [r for r in runs if r.key not in records]
+    for run in pending:
+        if note := restart_note(folder / run.key):
+            log(f"[reproduce] {run.key}:{note}")
     errors: dict[str, str] = {}
     progress = Progress(runs, set(records), enabled=bars)
     try:
