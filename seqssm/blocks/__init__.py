@@ -1,11 +1,13 @@
 """Blocks that wrap the sequence primitives: the Simple block, the Mamba block (with RoPE,
-bidirectional and placebo options), the Mamba-2 block, their typed configs, and the block stack that models and the
-RL policy share."""
+bidirectional and placebo options), the Mamba-2 block, the attention block of hybrid stacks, their typed configs, and
+the block stack that models and the RL policy share."""
 
+from seqssm.blocks.attention import AttentionBlock
 from seqssm.blocks.common import FeatureDropout, flip_within_lengths, make_norm, make_ssp
 from seqssm.blocks.config import (
     BLOCK_CONFIGS,
     FLAT_SSP_NAMES,
+    AttentionConfig,
     BlockConfig,
     Mamba2BlockConfig,
     MambaBlockConfig,
@@ -20,6 +22,8 @@ from seqssm.blocks.ssp import ROPE_TARGETS, RotarySSP
 from seqssm.blocks.stack import BLOCKS, BlockStack, make_stack
 
 __all__ = [
+    "AttentionBlock",
+    "AttentionConfig",
     "BLOCKS",
     "BLOCK_CONFIGS",
     "FLAT_SSP_NAMES",

@@ -31,7 +31,7 @@ def tiny_lm(seed: int = 0, **kwargs) -> SequenceModel:
 def write_mamba_ssm(model: SequenceModel, folder: Path) -> None:
     """`model` as mamba_ssm writes a MambaLMHeadModel: config.json and a torch.save'd state dict."""
     folder.mkdir(parents=True)
-    names = external_keys(model.state_dict(), mamba_ssm.TOP_KEYS, model.config.block.kind)
+    names = external_keys(model.state_dict(), mamba_ssm.TOP_KEYS, model.config)
     torch.save({names[k]: v for k, v in model.state_dict().items()}, folder / "pytorch_model.bin")
     config = {"d_model": model.config.d_model, "n_layer": model.config.n_layers, "vocab_size": VOCAB,
               "ssm_cfg": {"d_state": 4}, "pad_vocab_size_multiple": model.config.pad_vocab_size_multiple,

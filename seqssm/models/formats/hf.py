@@ -106,7 +106,11 @@ def map_state_dict(own: dict, config: SequenceModelConfig, tensors: dict, origin
 
 
 def _common_refusals(where, config: SequenceModelConfig) -> None:
-    """Refuse what neither MambaForCausalLM nor Mamba2ForCausalLM holds: a classifier or continuous inputs."""
+    """Refuse what neither MambaForCausalLM nor Mamba2ForCausalLM holds: a classifier, continuous inputs, attention
+    layers."""
+    if config.attn_layer_idx:
+        refuse(where, "attn_layer_idx", config.attn_layer_idx, "Hugging Face's Mamba models hold no attention layers; "
+               "save a hybrid in format 'seqssm'")
     for key, value, why in [("n_classes", config.n_classes, "a language-model head, not a classifier"),
                             ("pooling", config.pooling, "a language-model head, not a pooled one"),
                             ("d_input", config.d_input, "token ids as inputs")]:
@@ -183,7 +187,7 @@ def write(model: nn.Module, folder: Path) -> None:
     blocks).from_pretrained loads."""
     config = hf_config(model.config)
     own = model.state_dict()
-    names = external_keys(own, TOP_KEYS, model.config.block.kind)
+    names = external_keys(own, TOP_KEYS, model.config)
     dtype: torch.dtype = own["embedding.weight"].dtype
     config["dtype"] = str(dtype).removeprefix("torch.")
     tensors = {names[k]: v.detach().cpu().contiguous().clone() for k, v in own.items()

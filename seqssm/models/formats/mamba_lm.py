@@ -1,5 +1,5 @@
-"""What the Hugging Face and mamba_ssm adapters share: both hold a plain Mamba-1 or Mamba-2 language model under the
-same per-layer tensor names (`LAYER_KEYS`), and their settings map onto the same `SequenceModelConfig` (`lm_config`
+"""What the Hugging Face and mamba_ssm adapters share: both hold a Mamba-1 or Mamba-2 language model under the
+same per-layer tensor names (`LAYER_KEYS`; mamba_ssm's attention layers of hybrids too), and their settings map onto the same `SequenceModelConfig` (`lm_config`
 around `mamba1_block` or `mamba2_block`)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from seqssm.blocks.config import BlockConfig, Mamba2BlockConfig, MambaBlockConfig, SSPConfig
-from seqssm.errors import PretrainedFormatError
+from seqssm.blocks.config import AttentionConfig, BlockConfig, Mamba2BlockConfig, MambaBlockConfig, SSPConfig
+from seqssm.errors import ConfigError, PretrainedFormatError
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.formats.files import take_tensors
 
@@ -43,7 +43,18 @@ MAMBA2_LAYER_KEYS = {
     "out_proj.weight": "mixer.out_proj.weight",
     "out_proj.bias": "mixer.out_proj.bias",
 }
-LAYER_KEYS = {"mamba": MAMBA1_LAYER_KEYS, "mamba2": MAMBA2_LAYER_KEYS}
+# the attention layers of hybrid models (mamba_ssm's MHA; seqssm's AttentionBlock)
+ATTENTION_LAYER_KEYS = {
+    "norm.weight": "norm.weight",
+    "norm.bias": "norm.bias",
+    "in_proj.weight": "mixer.in_proj.weight",
+    "in_proj.bias": "mixer.in_proj.bias",
+    "conv1d.weight": "mixer.conv1d.weight",
+    "conv1d.bias": "mixer.conv1d.bias",
+    "out_proj.weight": "mixer.out_proj.weight",
+    "out_proj.bias": "mixer.out_proj.bias",
+}
+LAYER_KEYS = {"mamba": MAMBA1_LAYER_KEYS, "mamba2": MAMBA2_LAYER_KEYS, "attention": ATTENTION_LAYER_KEYS}
 LAYER_PREFIX = "backbone.layers."
 
 
@@ -86,23 +97,29 @@ def mamba2_block(where, *, d_state, head_dim, n_groups, chunk_size, expand, d_co
 
 
 def lm_config(where, block: BlockConfig, *, d_model, n_layers, vocab_size, tie_embeddings,
-              pad_vocab_size_multiple) -> SequenceModelConfig:
-    """The config of a plain language model of `block`s, integer settings checked."""
-    return SequenceModelConfig(
-        d_model=integer(where, "d_model", d_model), n_layers=integer(where, "n_layers", n_layers), block=block,
-        vocab_size=integer(where, "vocab_size", vocab_size), n_classes=None, pooling=None,
-        tie_embeddings=bool(tie_embeddings),
-        pad_vocab_size_multiple=integer(where, "pad_vocab_size_multiple", pad_vocab_size_multiple),
-    )
+              pad_vocab_size_multiple, attn_layer_idx=(), attn: AttentionConfig | None = None) -> SequenceModelConfig:
+    """The config of a language model of `block`s (attention layers of `attn` at attn_layer_idx), integer settings
+    checked."""
+    try:
+        return SequenceModelConfig(
+            d_model=integer(where, "d_model", d_model), n_layers=integer(where, "n_layers", n_layers), block=block,
+            vocab_size=integer(where, "vocab_size", vocab_size), n_classes=None, pooling=None,
+            tie_embeddings=bool(tie_embeddings),
+            pad_vocab_size_multiple=integer(where, "pad_vocab_size_multiple", pad_vocab_size_multiple),
+            attn_layer_idx=list(attn_layer_idx), attn=attn,
+        )
+    except ConfigError as err:  # e.g. attn_layer_idx past the last layer
+        raise PretrainedFormatError(f"{where}: {err}") from err
 
 
-def external_keys(seqssm_keys, top_keys: dict[str, str], kind: str) -> dict[str, str]:
+def external_keys(seqssm_keys, top_keys: dict[str, str], config: SequenceModelConfig) -> dict[str, str]:
     """seqssm state-dict key -> the key a library with the outer names `top_keys` stores the same tensor under, for
-    a model of `kind` blocks ("mamba" or "mamba2")."""
+    a model of `config` (Mamba or Mamba-2 blocks, attention layers at its attn_layer_idx)."""
     out = {}
     for key in seqssm_keys:
         if key.startswith(LAYER_PREFIX):
             index, rest = key[len(LAYER_PREFIX):].split(".", 1)
+            kind = "attention" if int(index) in config.attn_layer_idx else config.block.kind
             out[key] = f"{LAYER_PREFIX}{index}.{LAYER_KEYS[kind][rest]}"
         else:
             out[key] = top_keys[key]
@@ -112,5 +129,5 @@ def external_keys(seqssm_keys, top_keys: dict[str, str], kind: str) -> dict[str,
 def map_lm_state_dict(own: dict[str, torch.Tensor], config: SequenceModelConfig, tensors: dict, origin: dict,
                       folder: Path, top_keys: dict[str, str]) -> dict[str, torch.Tensor]:
     """A library's Mamba or Mamba-2 tensors -> the state dict of a SequenceModel whose state is `own` (see `take_tensors`)."""
-    return take_tensors(own, external_keys(own, top_keys, config.block.kind), tensors, origin, folder,
+    return take_tensors(own, external_keys(own, top_keys, config), tensors, origin, folder,
                         tied_head="head.weight" if config.tie_embeddings else None)

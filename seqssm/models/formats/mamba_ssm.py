@@ -1,4 +1,4 @@
-"""mamba_ssm `MambaLMHeadModel` folders (Mamba1 or Mamba2 mixers): config.json with d_model / n_layer / vocab_size /
+"""mamba_ssm `MambaLMHeadModel` folders (Mamba1 or Mamba2 mixers, hybrids with attention layers): config.json with d_model / n_layer / vocab_size /
 ssm_cfg, and
 pytorch_model.bin (read with weights_only=True) or safetensors. Read only: `seqssm convert --to hf` writes a
 folder both libraries' users load."""
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from torch import nn
 
+from seqssm.blocks.config import AttentionConfig
 from seqssm.errors import PretrainedFormatError
 from seqssm.models.config import SequenceModelConfig
 from seqssm.models.formats.mamba_lm import integer, lm_config, mamba1_block, mamba2_block, map_lm_state_dict, refuse
@@ -36,6 +37,13 @@ MAMBA2_FIXED = {"rmsnorm": True, "norm_before_gate": False, "D_has_hdim": False,
                 "activation": "silu", "learnable_init_states": False, "dt_limit": [0.0, float("inf")]}
 MAMBA2_NO_EFFECT = {"dt_min", "dt_max", "dt_init_floor", "A_init_range", "use_mem_eff_path", "layer", "process_group",
                     "sequence_parallel"}
+# mamba_ssm's MHA settings (attn_cfg) -> AttentionConfig fields; causal and the non-interleaved rotary are the only
+# values seqssm's attention computes with
+ATTENTION_NAMES = {"num_heads": "n_heads", "num_heads_kv": "n_kv_heads", "head_dim": "head_dim",
+                   "rotary_emb_dim": "rotary_dim", "rotary_emb_base": "rotary_base", "qkv_proj_bias": "qkv_bias",
+                   "out_proj_bias": "out_bias", "softmax_scale": "softmax_scale", "d_conv": "d_conv",
+                   "mlp_dim": "mlp_dim"}
+ATTENTION_FIXED = {"causal": True, "rotary_emb_interleaved": False}
 NO_EFFECT = {"fused_add_norm", "initializer_cfg"}
 REQUIRED = {"d_model", "n_layer", "vocab_size"}
 
@@ -46,16 +54,14 @@ def detect(raw: dict, path: Path) -> bool:
 
 
 def read_config(raw: dict, path: Path) -> SequenceModelConfig:
-    """The SequenceModelConfig equivalent to a mamba_ssm MambaConfig dict (Mamba1 or Mamba2 mixers, no attention
-    or MLP layers)."""
+    """The SequenceModelConfig equivalent to a mamba_ssm MambaConfig dict (Mamba1 or Mamba2 mixers, attention layers
+    at attn_layer_idx; no MLP layers)."""
     unknown = sorted(set(raw) - REQUIRED - DEFAULTS.keys() - NO_EFFECT)
     if unknown:
         refuse(path, unknown[0], raw[unknown[0]], "not a mamba_ssm MambaConfig setting seqssm knows")
     c = {**DEFAULTS, **raw}
     if c["d_intermediate"]:
         refuse(path, "d_intermediate", c["d_intermediate"], "MLP layers between the mixers")
-    if c["attn_layer_idx"]:
-        refuse(path, "attn_layer_idx", c["attn_layer_idx"], "attention layers (hybrid models)")
     ssm = c["ssm_cfg"] or {}
     if not isinstance(ssm, dict):
         refuse(path, "ssm_cfg", ssm, "expected a JSON object of Mamba-1 or Mamba-2 settings")
@@ -65,8 +71,29 @@ def read_config(raw: dict, path: Path) -> SequenceModelConfig:
     for key in ("n_layer", "vocab_size", "pad_vocab_size_multiple"):
         integer(path, key, c[key])  # checked under the file's own names, before lm_config names them seqssm's way
     block = _mamba2_block(ssm, path, c) if layer == "Mamba2" else _mamba1_block(ssm, path, c)
+    attn = _attention(c["attn_cfg"], path) if c["attn_layer_idx"] else None
     return lm_config(path, block, d_model=c["d_model"], n_layers=c["n_layer"], vocab_size=c["vocab_size"],
-                     tie_embeddings=c["tie_embeddings"], pad_vocab_size_multiple=c["pad_vocab_size_multiple"])
+                     tie_embeddings=c["tie_embeddings"], pad_vocab_size_multiple=c["pad_vocab_size_multiple"],
+                     attn_layer_idx=c["attn_layer_idx"], attn=attn)
+
+
+def _attention(cfg, path: Path) -> AttentionConfig:
+    """The AttentionConfig of the attn_cfg `cfg` of a hybrid model's attention layers (mamba_ssm's MHA)."""
+    if not isinstance(cfg, dict) or "num_heads" not in cfg:
+        refuse(path, "attn_cfg", cfg, "a hybrid model's attn_cfg is a JSON object with at least num_heads")
+    unknown = sorted(set(cfg) - ATTENTION_NAMES.keys() - ATTENTION_FIXED.keys())
+    if unknown:
+        refuse(path, f"attn_cfg.{unknown[0]}", cfg[unknown[0]], "not an attention setting seqssm knows")
+    for key, value in ATTENTION_FIXED.items():
+        if cfg.get(key, value) != value:
+            refuse(path, f"attn_cfg.{key}", cfg[key], f"seqssm's attention layers compute with {key}={value!r} only")
+    settings = {ATTENTION_NAMES[k]: v for k, v in cfg.items() if k in ATTENTION_NAMES}
+    # MHA rounds its MLP width up to a multiple of 256 (its in_proj holds that many channels)
+    settings["mlp_dim"] = -(-int(settings.get("mlp_dim", 0)) // 256) * 256
+    try:
+        return AttentionConfig(**settings)
+    except (TypeError, ValueError) as err:
+        raise PretrainedFormatError(f"{path}: attn_cfg {cfg}: {err}") from err
 
 
 def _mamba1_block(ssm: dict, path: Path, c: dict):
