@@ -1,6 +1,7 @@
-"""Seconds per training step of the supervised reproductions' full-scale arms (rope, bidirectional,
-species-pretraining) measured on a GPU, beside the estimate `seqssm reproduce list` prints for them (the
-miniature's CPU seconds per step x the FLOP ratio / an assumed H100 throughput over one CPU thread).
+"""Seconds per training step of the supervised reproductions' full-scale arms (the claims of
+seqssm.study.reproduce.CLAIMS that state their `full_scale_tokens`: rope, bidirectional, species-pretraining)
+measured on a GPU, beside the estimate `seqssm reproduce list` prints for them (the miniature's CPU seconds per
+step x the FLOP ratio / an assumed H100 throughput over one CPU thread).
 
     python scripts/full_scale_step_time.py plan runs/full_scale_plan.json       # here: every arm's model and shapes
     python scripts/full_scale_step_time.py measure runs/full_scale_plan.json --out runs/full_scale_steps.json
@@ -22,30 +23,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CLAIMS = ("rope", "bidirectional", "species-pretraining")
-# (vocabulary, classes, tokens per sequence) of each claim's full-scale data, as its data module reads them:
-# Pathfinder 32 x 32 pixels as 256 grey levels; ListOps' 18 tokens, 10 answers, expressions of 500-1000 tokens
-# padded to the batch's longest (1000 taken); the species task's 12 tokens, 5 species, 16k-base windows.
-SHAPES = {"rope": (256, 2, 1024), "bidirectional": (18, 10, 1000), "species-pretraining": (12, 5, 16384)}
 TASKS = {"seqssm.tasks.Classification": "classification", "seqssm.tasks.NextTokenPrediction": "ntp",
          "seqssm.tasks.MaskedLM": "mlm"}
 
 
 def plan(path: Path) -> None:
-    """Write every full-scale arm of CLAIMS: its model, overrides, task, batch, length, total steps over its seeds,
-    and the claim's estimated seconds per step and hours."""
+    """Write every full-scale arm of the claims with a `full_scale_tokens` shape: its model, overrides, task, batch,
+    length, total steps over its seeds, and the claim's estimated seconds per step and hours."""
     import tempfile
 
-    from seqssm.study.reproduce import CLAIMS as ALL
+    from seqssm.study.reproduce import CLAIMS
     from seqssm.study.reproduce.claim import Settings
     from seqssm.study.reproduce.report import full_scale_s_per_unit
 
     arms = []
     with tempfile.TemporaryDirectory() as out:
-        for name in CLAIMS:
-            claim = ALL[name](Settings(out=Path(out), scale="full"))
+        for name, cls in CLAIMS.items():
+            if cls.full_scale_tokens is None:
+                continue
+            claim = cls(Settings(out=Path(out), scale="full"))
             estimate_s = full_scale_s_per_unit(claim.declaration.full)
-            vocab, classes, length = SHAPES[name]
+            vocab, classes, length = (cls.full_scale_tokens.vocab, cls.full_scale_tokens.classes,
+                                      cls.full_scale_tokens.length)
             by_arm: dict[str, dict] = {}
             for run in claim.runs():
                 if run.kind != "fit":

@@ -8,15 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from seqssm.study.reproduce import CLAIMS, Settings
-from seqssm.study.reproduce.rl_claims import RL_CLAIMS, corridors_opened
+from seqssm.errors import ReproduceError
+from seqssm.study.reproduce import CLAIMS, Settings, by_name
+from seqssm.study.reproduce.claim import RECIPES
+from seqssm.study.reproduce.lra_claims import BidirectionalClaim, ListOpsClaim, RopeClaim
+from seqssm.study.reproduce.rl_claims import RLClaim, corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
 from seqssm.study.reproduce.stats import seeds_for_power
 
 
 def needs_rl_extra(name=None):
     """Skip (naming the extra) a check of an RL claim, or of the RL machinery when no name is given, without it."""
-    if name is None or name in {c.name for c in RL_CLAIMS}:
+    if name is None or issubclass(CLAIMS[name], RLClaim):
         pytest.importorskip("gymnasium", reason="RL claims need the rl extra: pip install 'seqssm[rl]'")
 
 
@@ -72,6 +75,19 @@ def test_every_run_of_every_claim_is_a_valid_config(name, scale, monkeypatch, tm
             assert cli.model.hparams.model == run.config["model"]["init_args"]["model"]
         else:
             assert run.kind == "surgery" and run.config["operation"] == "to_bidirectional"
+
+
+def test_the_registry_names_each_claim_once_with_its_recipes():
+    assert all(name == cls.name and (RECIPES / name / "claim.yaml").is_file() for name, cls in CLAIMS.items())
+    with pytest.raises(ReproduceError, match="every claim needs a name of its own"):
+        by_name(RopeClaim, RopeClaim)
+
+
+def test_the_claims_of_fit_runs_state_the_full_scale_shape_the_step_time_script_reads():
+    fit = {name for name, cls in CLAIMS.items() if not issubclass(cls, RLClaim)
+           and all(r.kind in ("fit", "surgery") for r in runs_of(name, scale="full"))}
+    assert fit == {name for name, cls in CLAIMS.items() if cls.full_scale_tokens is not None}
+    assert not issubclass(RopeClaim, ListOpsClaim) and issubclass(BidirectionalClaim, ListOpsClaim)
 
 
 def test_budget_scales_the_training_steps():

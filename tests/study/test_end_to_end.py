@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from seqssm.cli import main
+from seqssm.study.reproduce import CLAIMS
 from seqssm.study.reproduce.claim import RECIPES
 
 pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'seqssm[plot]'")
@@ -58,13 +59,12 @@ def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, caps
             in (folder / "report.md").read_text())
 
 
-def test_list_names_every_claim(capsys):
+def test_list_names_every_claim_in_the_registry_s_order(capsys):
     main(["reproduce", "list"])
     out = capsys.readouterr().out
-    for name in ("repeat-previous", "memory-corridor", "best-arm", "memory-length", "rope", "bidirectional",
-                 "species-pretraining"):
-        assert name in out
-    assert out.count("seeds (power ") == 7 and out.count("--scale full: about ") == 7
+    named = [line.split()[0] for line in out.splitlines() if line and not line[0].isspace()]
+    assert named == list(CLAIMS)
+    assert out.count("seeds (power ") == out.count("--scale full: about ") == len(CLAIMS)
 
 
 def test_without_matplotlib_the_command_says_how_to_install_it(monkeypatch, tmp_path, capsys):

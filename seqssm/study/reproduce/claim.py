@@ -76,6 +76,16 @@ class Run:
 
 
 @dataclass(frozen=True)
+class TokenShape:
+    """The tokens a supervised claim's full-scale models read, as its data module gives them: vocabulary size,
+    classes (ignored by the language-model tasks) and tokens per sequence."""
+
+    vocab: int
+    classes: int
+    length: int
+
+
+@dataclass(frozen=True)
 class Metric:
     """A measured quantity: its name in Measurements, how the table heads it, and its number format."""
 
@@ -204,6 +214,9 @@ class Claim:
     arms: tuple[str, ...] = ()  # in table order
     metrics: tuple[Metric, ...] = ()
     paper_values: dict[str, dict[str, str]] = {}  # arm -> metric -> the paper's number, as text
+    # the full-scale data's shape, for the claims of `seqssm fit` runs whose step time on a GPU
+    # scripts/full_scale_step_time.py measures (None: not timed there)
+    full_scale_tokens: TokenShape | None = None
 
     def __init__(self, settings: Settings):
         self.settings = settings

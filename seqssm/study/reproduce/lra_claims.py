@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import plots
-from .claim import Claim, Measurements, Metric, Run
+from .claim import Claim, Measurements, Metric, Run, TokenShape
 
 THESIS = "Ulbaek 2024, MSc thesis \"Deep Learning with State Spaces for Efficient Sequence Modeling\" (DTU)"
 DATA_RECIPE = "data.yaml"  # per claim: the ListOps generator's settings, shared by the claims on the same task
@@ -47,13 +47,13 @@ def prepare_listops(settings: dict, folder: Path) -> list[str]:
             f"expressions, seed {settings['seed']}) in {folder}."]
 
 
-class ListOpsClaim(Claim):
-    """Every arm's recipe (reproduce/<claim>/<arm>) at every seed on the generated ListOps; the metric
-    is the final validation accuracy, with the validation curve for the figure. Precondition: the best arm learns
-    the task (CHANCE_MARGIN above the majority class, `chance`), else no comparison of arms means anything."""
+class LRAClaim(Claim):
+    """Every arm's recipe (reproduce/<claim>/<arm>) at every seed on a generated LRA task, which a subclass writes
+    (`prepare`) into its `data_folder`; the metric is the final validation accuracy, with the validation curve for
+    the figure. Precondition: the best arm learns the task (CHANCE_MARGIN above the majority class, `chance`),
+    else no comparison of arms means anything."""
 
-    chance = 0.13  # ListOps' majority class in the generated data (seqssm/recipes/reproduce/listops/data.yaml)
-
+    chance: float  # the task's majority class in the generated data
     validations = 8  # evenly spaced over training: the points of the validation curve, the last at the end
     metrics = (Metric("acc", "final val. accuracy"), Metric("best", "best val. accuracy"),
                Metric("step_ms", "median step (ms)", ".1f"))
@@ -62,9 +62,8 @@ class ListOpsClaim(Claim):
         return self.recipe(DATA_RECIPE, part="prepare")
 
     def data_folder(self) -> Path:
-        s = self.data_settings()
-        tag = "-".join(str(v) for v in (*s["sizes"], *s["grammar"].values(), s["seed"]))
-        return self.settings.out / "data" / f"listops-{tag}"
+        """Where the generated task is written: named by its settings, so claims with the same data share it."""
+        raise NotImplementedError
 
     def learned(self, m: Measurements) -> None:
         """Add the precondition that the best arm's mean accuracy is CHANCE_MARGIN above the majority class."""
@@ -74,9 +73,6 @@ class ListOpsClaim(Claim):
             m.preconditions.append((f"the task is learned: the best arm ({best}) reaches {means[best]:.3f}, at least "
                                     f"{CHANCE_MARGIN:g} above the majority class ({self.chance:g})",
                                     means[best] >= self.chance + CHANCE_MARGIN))
-
-    def prepare(self) -> list[str]:
-        return prepare_listops(self.data_settings(), self.data_folder())
 
     def runs(self) -> list[Run]:
         from seqssm.recipes import merge
@@ -119,7 +115,21 @@ class ListOpsClaim(Claim):
         return [plots.save(fig, folder / f"{self.name}.png")]
 
 
-class RopeClaim(ListOpsClaim):
+class ListOpsClaim(LRAClaim):
+    """An LRAClaim on generated ListOps (seqssm/recipes/reproduce/<claim>/data.yaml: its grammar and sizes)."""
+
+    chance = 0.13  # ListOps' majority class in the generated data (seqssm/recipes/reproduce/listops/data.yaml)
+
+    def data_folder(self) -> Path:
+        s = self.data_settings()
+        tag = "-".join(str(v) for v in (*s["sizes"], *s["grammar"].values(), s["seed"]))
+        return self.settings.out / "data" / f"listops-{tag}"
+
+    def prepare(self) -> list[str]:
+        return prepare_listops(self.data_settings(), self.data_folder())
+
+
+class RopeClaim(LRAClaim):
     name = "rope"
     title = "RoPE does not improve Mamba-S4D / Mamba-S6 (generated Pathfinder)"
     source = f"{THESIS}, 14 (14.4, figs. 13 and 14; conclusion 14.6)"
@@ -131,6 +141,7 @@ class RopeClaim(ListOpsClaim):
     figure_title = "RoPE vs none (cf. Ulbaek 2024 thesis, fig. 13)"
     paper_values = {"mamba-s4d-rope": {"acc": "≤ baseline (fig. 13)"}, "mamba-s6-rope": {"acc": "< baseline mean"}}
     chance = 0.5  # two balanced classes
+    full_scale_tokens = TokenShape(256, 2, 1024)  # Pathfinder's 32 x 32 pixels as 256 grey levels
 
     def data_folder(self) -> Path:
         s = self.data_settings()
@@ -154,6 +165,8 @@ class BidirectionalClaim(ListOpsClaim):
              "CPU budget.)")
     arms = ("mamba-s6", "mamba-s6-bi", "mamba-s6-placebo", "mamba-s6-sm")
     figure_title = "causal vs bidirectional vs placebo vs speed-matched (cf. Ulbaek 2024 thesis, fig. 18)"
+    # ListOps' 18 tokens and 10 answers; expressions of 500-1000 tokens, padded to the batch's longest
+    full_scale_tokens = TokenShape(18, 10, 1000)
 
     def measure(self, records):
         m = super().measure(records)
@@ -163,5 +176,3 @@ class BidirectionalClaim(ListOpsClaim):
                            f"bidirectional one's {sum(bi) / len(bi):.1f} ms (Ulbaek 2024 thesis, 15.2.2: matched).")
         return m
 
-
-LRA_CLAIMS = (RopeClaim, BidirectionalClaim)

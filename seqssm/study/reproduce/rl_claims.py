@@ -278,6 +278,3 @@ class MemoryLength(RLClaim):
         right.set_title("(b) runtime, longest memory")
         return [plots.save(fig, folder / "memory_length.png")]
 
-
-RL_CLAIMS = (RepeatPrevious, MemoryCorridor, BestArm, MemoryLength)
-__all__ = ["RL_CLAIMS", "corridors_opened", *[c.__name__ for c in RL_CLAIMS]]

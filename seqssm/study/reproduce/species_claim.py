@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import plots
-from .claim import Claim, Measurements, Metric, Run
+from .claim import Claim, Measurements, Metric, Run, TokenShape
 from .lra_claims import THESIS
 
 GENOMES_RECIPE, SCALE_RECIPE = "genomes.yaml", "scale.yaml"
@@ -114,6 +114,8 @@ class SpeciesPretraining(Claim):
                Metric("step_ms", "median step (ms)", ".1f"))
     paper_values = {"mlm-bi": {"acc": "best: +19 pt over regular at 16k"},
                     "f1": {"acc": "second: +18 pt over regular at 16k"}, "regular": {"acc": "baseline"}}
+    full_scale_tokens = TokenShape(12, 5, 16384)  # the DNA tokenizer's 12 tokens, 5 species, 16k-base windows
+
     # -- data ------------------------------------------------------------------------------------------------------
     def genome_settings(self) -> dict:
         return self.recipe(GENOMES_RECIPE, part="prepare")
