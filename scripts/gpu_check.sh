@@ -5,7 +5,7 @@
 #
 # Made for a short lent GPU session (docs/gpu.md, "The one command"): it needs no package index when the
 # machine already has torch with CUDA, and each step has its own time limit, so the whole check ends within
-# BUDGET_S seconds (default 470) and a slow step loses its own results only. Environment:
+# BUDGET_S seconds (default 510) and a slow step loses its own results only. Environment:
 #   PYTHON                python with torch (default python3)
 #   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
 #                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
@@ -24,11 +24,12 @@
 # 6. bench_models.py --device cuda: whole models beside the peers -> OUT/bench_models/
 # 7. One profiled training step of the mamba-130m-sized model: its top CUDA kernels -> OUT/profile/
 # 8. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
+# 9. bench_ssd.py --device cuda: Mamba-2's SSD scan, triton and chunked beside mamba_ssm -> OUT/bench_ssd.*
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/gpu_check}"
 PYTHON="${PYTHON:-python3}"
-BUDGET_S="${BUDGET_S:-470}"
+BUDGET_S="${BUDGET_S:-510}"
 mkdir -p "$OUT"
 start=$(date +%s)
 status=0
@@ -99,6 +100,7 @@ run bench-models 120 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 
 run profile 40 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
 run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
+run bench-ssd 40 "$PYTHON" scripts/bench_ssd.py --device cuda --repeats 5 --warmup-max 6 --out "$OUT/bench_ssd.json"
 [ -n "${TRITON_CACHE_DIR:-}" ] && say "Triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels after the run"
 
 if wait "$check_pid" && [ "$(cat "$OUT/compile-check.rc")" = 0 ]; then

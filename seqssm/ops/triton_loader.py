@@ -33,8 +33,12 @@ def load_kernels(filename: str, interpret: bool):
 def kernels_for(filename: str, device: torch.device):
     """(the kernels of `filename` for tensors on `device`, interpreted?): interpreted on CPU, and everywhere under
     TRITON_INTERPRET=1."""
-    interpret = device.type == "cpu" or triton_interpreting()
-    return load_kernels(filename, interpret), interpret
+    return load_kernels(filename, interpreted(device)), interpreted(device)
+
+
+def interpreted(device: torch.device) -> bool:
+    """Do kernels run interpreted for tensors on `device`? On CPU, and everywhere under TRITON_INTERPRET=1."""
+    return device.type == "cpu" or triton_interpreting()
 
 
 def launch(kernel, grid, *args, **kwargs) -> None:

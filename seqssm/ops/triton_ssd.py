@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.checks import check_flags
-from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+from seqssm.ops.triton_loader import interpreted, kernels_for, launch, load_kernels
 
 # Steps per chunk of the kernels. A chunk's (tile, tile) decay and score matrices and its (tile, N) B, C and their
 # gradients are register tiles; at mamba2-130m widths (P 64, N 128) 64 steps keep the kernels free of spills on
@@ -27,6 +28,8 @@ _MIN_DOT = 16
 # Channels of head_dim per program: the (BLOCK_P, N) state and its gradient are two of the largest tiles. The
 # interpreter's small block gives the tests several channel blocks per head.
 _BLOCK_P = {False: 32, True: 4}
+# The dtype of the chunks' matrix-product operands, by x's dtype (float32: tf32 on tensor cores).
+_DOT = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 # Warps per program, forward and backward (the compile check's spill rule picked them).
 _WARPS = {"fwd": 4, "bwd": 8}
 
@@ -75,9 +78,9 @@ def _launch_args(x, dt, A, B, C, resets, tile):
     n_pblocks = triton.cdiv(p, block_p)
     r_strides = resets.stride() if resets is not None else (0, 0)
     strides = (*x.stride(), *dt.stride(), *B.stride(), *C.stride(), *r_strides)
-    # Δ x and the scores are float32; 16-bit inputs carry less precision than tf32 keeps, float32 ones get IEEE dots.
-    precision = "ieee" if x.dtype == torch.float32 or interpret else "tf32"
-    flags = dict(HAS_RESETS=resets is not None, BLOCK_Q=tile, BLOCK_P=block_p, BLOCK_N=block_n, PRECISION=precision)
+    # The interpreter's products are float32 (numpy), exact enough for the tests' float64 comparisons.
+    dot = _DOT.get(x.dtype, tl.float32) if not interpret else tl.float32
+    flags = dict(HAS_RESETS=resets is not None, BLOCK_Q=tile, BLOCK_P=block_p, BLOCK_N=block_n, DOT=dot)
     grid = (batch * heads * n_pblocks,)
     sizes = dict(length=length, heads=heads, head_dim=p, d_state=n, per_group=heads // groups, n_pblocks=n_pblocks,
                  n_chunks=_chunks(length, tile))
@@ -196,7 +199,7 @@ def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_si
     _check(x, dt, A, B, C, D, initial_state, "ssd_triton")
     batch, length = x.shape[:2]
     resets = check_flags("ssd_triton", "resets", resets, batch, length)
-    tile = ssd_tile(chunk_size, length, _for(x.device)[1])
+    tile = ssd_tile(chunk_size, length, interpreted(x.device))
     if batch == 0 or length == 0:
         last = (initial_state.to(torch.float32) if initial_state is not None
                 else x.new_zeros(batch, x.shape[2], x.shape[3], B.shape[3], dtype=torch.float32))

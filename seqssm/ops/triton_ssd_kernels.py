@@ -3,6 +3,9 @@ launches them. Like triton_kernels.py this file is loaded once per mode (`seqssm
 call only builtins of triton.language, none of its @jit helpers (tl.sum, tl.cumsum, tl.zeros), which carry the mode
 triton was imported in.
 
+The chunk's matrix products take their operands in DOT (bfloat16 or float16 for 16-bit inputs, as mamba_ssm's
+kernels do; float32 otherwise, as tf32 on tensor cores) and sum in float32.
+
 A program owns one batch row, one head and BLOCK_P of its head_dim channels, and walks the sequence in chunks of
 BLOCK_Q steps with the (BLOCK_P, BLOCK_N) state in float32 registers. With cum_t = Σ_{s<=t} Δ_s A the log decay
 from the chunk's start, each chunk is
@@ -27,10 +30,16 @@ def _add(a, b):
 
 
 @triton.jit
+def _dot(a, b, DOT: tl.constexpr):
+    # Operands in DOT (the 16-bit inputs' own dtype, or float32 as tf32), sums in float32.
+    return tl.dot(a.to(DOT), b.to(DOT), out_dtype=tl.float32)
+
+
+@triton.jit
 def _chunk(x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, length, head_dim, d_state,
            offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
-           s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS: tl.constexpr, BLOCK_Q: tl.constexpr):
-    # One chunk's inputs in float32 (zeros past the end: Δ = 0 there is decay 1 and no input) and its decays.
+           s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS: tl.constexpr, BLOCK_Q: tl.constexpr, DOT: tl.constexpr):
+    # One chunk's inputs, x and Δ in float32, B and C in DOT, (zeros past the end: Δ = 0 there is decay 1 and no input) and its decays.
     mask_q = t0 + offs_q < length
     mask_x = mask_q[:, None] & (offs_p < head_dim)[None, :]
     mask_bc = mask_q[:, None] & (offs_n < d_state)[None, :]
@@ -38,9 +47,9 @@ def _chunk(x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, l
                 mask=mask_x, other=0.0).to(tl.float32)
     dt = tl.load(dt_ptr + pid_b * s_db + head * s_dh + t0 * s_dt + offs_q * s_dt, mask=mask_q, other=0.0).to(tl.float32)
     Bm = tl.load(B_ptr + pid_b * s_bb + group * s_bg + t0 * s_bt + offs_q[:, None] * s_bt + offs_n[None, :] * s_bn,
-                 mask=mask_bc, other=0.0).to(tl.float32)
+                 mask=mask_bc, other=0.0).to(DOT)
     Cm = tl.load(C_ptr + pid_b * s_cb + group * s_cg + t0 * s_ct + offs_q[:, None] * s_ct + offs_n[None, :] * s_cn,
-                 mask=mask_bc, other=0.0).to(tl.float32)
+                 mask=mask_bc, other=0.0).to(DOT)
     a = dt * A
     cum = tl.associative_scan(a, 0, _add)
     total = tl.reduce(a, 0, _add)
@@ -83,7 +92,7 @@ def ssd_fwd(
     length, heads, head_dim, d_state, per_group, n_pblocks, n_chunks,
     s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
     HAS_D: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESETS: tl.constexpr, STORE_STATES: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
     """y (b, L, H, P) contiguous, the state entering every chunk (b, chunks, H, P, N) and the last state (b, H, P, N),
     both float32 contiguous; x, Δ, B, C and resets are read with their strides."""
@@ -104,20 +113,20 @@ def ssd_fwd(
         x, dt, Bm, Cm, decay, from_start, to_end, through, mask_q, mask_x, _ = _chunk(
             x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, length, head_dim, d_state,
             offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
-            s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q)
+            s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q, DOT)
         if STORE_STATES:
             chunk_row = (pid_b * n_chunks + c) * heads + head
             tl.store(states_ptr + chunk_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :], h,
                      mask=state_mask)
         xdt = x * dt[:, None]
-        scores = tl.dot(Cm, tl.trans(Bm), input_precision=PRECISION) * decay
-        y = tl.dot(scores, xdt, input_precision=PRECISION)
-        y += tl.dot(Cm, tl.trans(h), input_precision=PRECISION) * from_start[:, None]
+        scores = _dot(Cm, tl.trans(Bm), DOT) * decay
+        y = _dot(scores, xdt, DOT)
+        y += _dot(Cm, tl.trans(h), DOT) * from_start[:, None]
         if HAS_D:
             y += D * x
         y_off = y_base + t0 * heads * head_dim + offs_q[:, None] * (heads * head_dim) + offs_p[None, :]
         tl.store(y_off, y.to(y_ptr.dtype.element_ty), mask=mask_x)
-        h = through * h + tl.dot(tl.trans(xdt * to_end[:, None]), Bm, input_precision=PRECISION)
+        h = through * h + _dot(tl.trans(xdt * to_end[:, None]), Bm, DOT)
     tl.store(last_ptr + state_off, h, mask=state_mask)
 
 
@@ -129,7 +138,7 @@ def ssd_bwd(
     s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
     s_gb, s_gt, s_gh, s_gp,
     HAS_D: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_GLAST: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
     """Gradients of `ssd_fwd` from dL/dy (read with its strides) and dL/d(last state): dx (b, L, H, P) contiguous;
     dΔ (b, L, H), dB and dC (b, L, G, N) float32, added atomically (channel blocks and the heads of a group share
@@ -155,25 +164,25 @@ def ssd_bwd(
         x, dt, Bm, Cm, decay, from_start, to_end, through, mask_q, mask_x, mask_bc = _chunk(
             x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, length, head_dim, d_state,
             offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
-            s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q)
+            s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q, DOT)
         chunk_row = (pid_b * n_chunks + c) * heads + head
         h = tl.load(states_ptr + chunk_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :],
                     mask=state_mask, other=0.0)
         gy = tl.load(gy_ptr + pid_b * s_gb + head * s_gh + t0 * s_gt + offs_q[:, None] * s_gt
                      + offs_p[None, :] * s_gp, mask=mask_x, other=0.0).to(tl.float32)
         xdt = x * dt[:, None]
-        scores = tl.dot(Cm, tl.trans(Bm), input_precision=PRECISION) * decay
-        g_scores = tl.dot(gy, tl.trans(xdt), input_precision=PRECISION)
+        scores = _dot(Cm, tl.trans(Bm), DOT) * decay
+        g_scores = _dot(gy, tl.trans(xdt), DOT)
         g_cb = g_scores * decay  # dL/d(C_t . B_s)
         # The state term y += (C h^T) ∘ from_start and the state passed on, through ∘ h + ((Δ x) ∘ to_end)^T B
-        b_gh = tl.dot(Bm, tl.trans(gh), input_precision=PRECISION)
-        gxdt = tl.dot(tl.trans(scores), gy, input_precision=PRECISION) + to_end[:, None] * b_gh
+        b_gh = _dot(Bm, tl.trans(gh), DOT)
+        gxdt = _dot(tl.trans(scores), gy, DOT) + to_end[:, None] * b_gh
         g_to_end = tl.reduce(xdt * b_gh, 1, _add)
         gy_start = gy * from_start[:, None]
-        g_from_start = tl.reduce(gy * tl.dot(Cm, tl.trans(h), input_precision=PRECISION), 1, _add)
-        gC = tl.dot(g_cb, Bm, input_precision=PRECISION) + tl.dot(gy_start, h, input_precision=PRECISION)
-        gB = tl.dot(tl.trans(g_cb), Cm, input_precision=PRECISION)
-        gB += tl.dot(xdt * to_end[:, None], gh, input_precision=PRECISION)
+        g_from_start = tl.reduce(gy * _dot(Cm, tl.trans(h), DOT), 1, _add)
+        gC = _dot(g_cb, Bm, DOT) + _dot(gy_start, h, DOT)
+        gB = _dot(tl.trans(g_cb), Cm, DOT)
+        gB += _dot(xdt * to_end[:, None], gh, DOT)
         g_through = tl.reduce(tl.reduce(gh * h, 1, _add), 0, _add)
         # dL/dcum_t, each decay exp(cum_t - cum_s) adding its own gradient to t and taking it from s; the chunk's
         # last cum (in to_end and through) is the sum of every step's log decay
@@ -196,7 +205,7 @@ def ssd_bwd(
         bc_off = bc_base + rows[:, None] * (n_groups * d_state) + offs_n[None, :]
         tl.atomic_add(gB_ptr + bc_off, gB, mask=mask_bc)
         tl.atomic_add(gC_ptr + bc_off, gC, mask=mask_bc)
-        gh = through * gh + tl.dot(tl.trans(gy_start), Cm, input_precision=PRECISION)
+        gh = through * gh + _dot(tl.trans(gy_start), Cm, DOT)
     tl.store(gA_ptr + pid, gA)
     if HAS_D:
         tl.store(gD_ptr + pid, gD)

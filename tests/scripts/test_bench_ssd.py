@@ -1,0 +1,28 @@
+"""scripts/bench_ssd.py: the tiny CPU run (Triton interpreted) writes a timed row for each seqssm backend, with and
+without resets, and a row for mamba_ssm (its time, or why it is missing)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+REPO = Path(__file__).parents[2]
+
+
+def test_the_cpu_smoke_run_times_every_backend(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_ssd", REPO / "scripts" / "bench_ssd.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # set here too, so that monkeypatch restores it afterwards
+    out = tmp_path / "bench_ssd.json"
+    assert bench.main(["--device", "cpu", "--repeats", "1", "--warmup-max", "2", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    timed = {(r["backend"], r["resets"]) for r in rows if r.get("median_ms", 0) > 0}
+    assert timed >= {(b, resets) for b in ("triton", "chunked") for resets in (False, True)}
+    [mamba] = [r for r in rows if r["backend"] == "mamba_ssm"]
+    assert ("median_ms" in mamba) != ("error" in mamba)
+    assert out.with_suffix(".md").read_text().count("\n|") == len(rows) + 2  # the header, its rule and the rows
