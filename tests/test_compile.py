@@ -96,8 +96,24 @@ def test_an_rl_core_scan_with_resets_and_a_state_compiles_to_one_graph(layer):
     assert_same_gradients(loss(y, last), loss(y_eager, last_eager), [*scan.parameters(), *state])
 
 
+def test_a_hybrid_models_scan_from_its_kv_cache_compiles_to_one_graph():
+    """A Mamba-2 stack with an attention layer (RoPE, conv over q, k, v): its scan from a state holding a KV cache,
+    with resets, traces in one graph with eager's outputs, state and gradients."""
+    model = build("mamba2-ssd", vocab_size=VOCAB, d_model=16, n_layers=2, dropout=0.0, d_state=8, attn_layer_idx=[1],
+                  attn={"n_heads": 2, "rotary_dim": 4, "d_conv": 4},
+                  block={"ssp": {"layer_kwargs": {"head_dim": 8, "chunk_size": 8}}}).double()
+    with torch.no_grad():
+        _, state = model.scan(torch.randint(0, VOCAB, (2, 5)))
+    ids, resets = torch.randint(0, VOCAB, (2, LENGTH)), torch.rand(2, LENGTH) < 0.1
+    y, last = torch.compile(model.scan, fullgraph=True, backend="aot_eager")(ids, state, resets)
+    y_eager, last_eager = model.scan(ids, state, resets)
+    assert graphs() == 1
+    torch.testing.assert_close((y, last), (y_eager, last_eager), rtol=1e-10, atol=1e-12)
+    assert_same_gradients(y.square().sum(), y_eager.square().sum(), list(model.parameters()))
+
+
 @pytest.mark.parametrize("name", ["simple-s4d", "simple-s4d-rope", "mamba-s4d", "mamba-s6", "mamba-s6-bi",
-                                  "mamba-s6-rope", "core-s5", "core-mingru"])
+                                  "mamba-s6-rope", "mamba2-ssd", "core-s5", "core-mingru"])
 def test_dynamic_shapes_need_no_new_graph_for_a_new_length(name):
     """One layer kind, block and variant each (S4 aside: LENGTH_FIXED)."""
     if name.startswith("core-"):
