@@ -7,6 +7,9 @@ random state its epoch was shuffled with and how many batches were trained, and 
 replays that shuffle and skips the trained batches, so a run killed mid-epoch and resumed
 with `--ckpt_path last` sees exactly the batches an uninterrupted run sees.
 
+On such a resume Lightning skips `on_train_epoch_start`, which is where its progress bars learn the epoch's
+number of batches ("Training: 150/?"); `ResumableTrainData` gives the bar that hook at the first resumed batch.
+
 Exactness needs the loader's shuffle to come from its own `generator` (seqssm DataModules
 seed one) or from a sampler ordered by epoch (DistributedSampler under DDP). Skipped batches
 are loaded and discarded, which costs data loading time but no training time.
@@ -106,6 +109,7 @@ class ResumableTrainData(L.Callback):
     def __init__(self) -> None:
         self.position = StreamPosition()
         self._wrapped: set[int] = set()
+        self._first_batch = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         datamodule = trainer.datamodule
@@ -124,6 +128,17 @@ class ResumableTrainData(L.Callback):
         # instance attribute, so only this run's DataModule is affected
         datamodule.train_dataloader = train_dataloader
         self._wrapped.add(id(datamodule))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._first_batch = True
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # A first batch past index 0 continues an epoch begun before the checkpoint: Lightning does not start that
+        # epoch again, so the progress bar would show no total and no epoch number without its epoch-start hook.
+        resumed_mid_epoch, self._first_batch = self._first_batch and batch_idx > 0, False
+        if resumed_mid_epoch and trainer.progress_bar_callback is not None:
+            trainer.progress_bar_callback.on_train_epoch_start(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         # runs before ModelCheckpoint's on_train_batch_end (Lightning orders checkpoint callbacks last)

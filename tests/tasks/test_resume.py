@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
 from seqssm.tasks.checkpoint import TaskCheckpoint
 from seqssm.tasks.resume import ResumableTrainData
@@ -97,3 +98,33 @@ def test_last_ckpt_is_current_after_every_epoch_even_without_a_new_best(tmp_path
     last = load(tmp_path / "ckpt" / "last.ckpt")
     assert last["global_step"] == trainer.global_step == 3 * BATCHES
     assert torch.equal(last["state_dict"]["model.head.weight"], task.model.head.weight)
+
+
+class BarAtEachBatch(L.Callback):
+    """Records the training bar's total and description (TQDM's or Rich's) as each training batch ends."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        bar = trainer.progress_bar_callback
+        if isinstance(bar, TQDMProgressBar):
+            total, description = bar.train_progress_bar.total, bar.train_progress_bar.desc
+        else:
+            task = bar.progress.tasks[bar.train_progress_bar_id]
+            total, description = task.total, task.description
+        self.seen.append((batch_idx, total, description.split("/")[0].rstrip(": ")))  # "Epoch 0: ", "Epoch 0/1"
+
+
+@pytest.mark.parametrize("bar", [TQDMProgressBar, RichProgressBar])
+def test_a_mid_epoch_resume_shows_the_epoch_and_its_batches_in_the_progress_bar(tmp_path, bar):
+    if bar is RichProgressBar:
+        pytest.importorskip("rich")
+    fit(tmp_path, max_steps=3)  # last.ckpt at batch 3 of 6
+    L.seed_everything(0)
+    bars = BarAtEachBatch()
+    trainer = make_trainer(tmp_path, max_epochs=2, max_steps=8, enable_checkpointing=True, enable_progress_bar=True,
+                           callbacks=[ResumableTrainData(), TaskCheckpoint(dirpath=tmp_path / "ckpt"), bar(), bars])
+    trainer.fit(make_task(), TinyTokens(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    # Lightning 2.6 alone showed TQDM's "Training: 4/?" for the rest of the resumed epoch
+    assert bars.seen == [(i, BATCHES, "Epoch 0") for i in (3, 4, 5)] + [(i, BATCHES, "Epoch 1") for i in (0, 1)]
