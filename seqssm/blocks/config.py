@@ -179,15 +179,20 @@ class SimpleBlockConfig(BlockConfig):
 @dataclass(frozen=True)
 class Mamba2BlockConfig(GatedBlockConfig):
     """The Mamba-2 block (Dao & Gu 2024, 7.1), mamba_ssm's `Mamba2` defaults: the conv runs over x, B and C, and the
-    SSP is the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). The feature dropout
-    acts on the SSD's output, before the gated norm."""
+    SSP is the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). dropout_position: where
+    the feature dropout acts, "ssp_output" (default: on the SSD's output, before the gated norm) or "ssp_input" (on
+    the x that enters the SSD after the conv, the place Ulbaek 2024 thesis, 12.1.4, gives the Mamba block's)."""
 
     kind: ClassVar[str] = "mamba2"
 
     ssp: SSPConfig = field(default_factory=lambda: SSPConfig("ssd", d_state=128))
+    dropout_position: str = "ssp_output"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.dropout_position not in DROPOUT_POSITIONS[:2]:
+            raise ValueError(f"the Mamba-2 block's dropout_position is one of {DROPOUT_POSITIONS[:2]}, got "
+                             f"{self.dropout_position!r}")
         if self.ssp.layer != "ssd":
             raise ValueError(f"the Mamba-2 block runs the SSD layer (its B, C and Δ come from the block's in_proj), "
                              f"not {self.ssp.layer!r}; use a Mamba block for other layers")

@@ -55,6 +55,7 @@ class Mamba2Block(SequenceLayer):
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, config.d_conv, groups=self.conv_dim,
                                 bias=config.conv_bias)
         self.dropout = FeatureDropout(config.dropout)
+        self.dropout_input = config.dropout_position == "ssp_input"
         self.gated_norm = GatedRMSNorm(d_inner, d_inner // self.ssm.n_groups, config.norm_eps)
         self.out_proj = nn.Linear(d_inner, d_model, bias=config.proj_bias)
 
@@ -65,14 +66,18 @@ class Mamba2Block(SequenceLayer):
         return projected.split([self.d_inner, self.conv_dim, self.ssm.heads], dim=-1)
 
     def _ssm_inputs(self, xbc: torch.Tensor):
-        """The conv's output after SiLU (..., conv_dim) -> x (..., d_inner), B, C (..., n_groups, d_state)."""
+        """The conv's output after SiLU (..., conv_dim) -> x (..., d_inner) (dropped out at "ssp_input"), B, C (...,
+        n_groups, d_state)."""
         size = self.ssm.n_groups * self.ssm.d_state
         x, B, C = xbc.split([self.d_inner, size, size], dim=-1)
+        if self.dropout_input:
+            x = self.dropout(x)
         return x, B.unflatten(-1, (self.ssm.n_groups, -1)), C.unflatten(-1, (self.ssm.n_groups, -1))
 
     def _finish(self, residual: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """residual + out_proj(norm(dropout(y) SiLU(z))), the residual widened with residual_in_fp32."""
-        out = self.out_proj(self.gated_norm(self.dropout(y), z))
+        """residual + out_proj(norm(y SiLU(z))) (y dropped out at "ssp_output"), the residual widened with
+        residual_in_fp32."""
+        out = self.out_proj(self.gated_norm(y if self.dropout_input else self.dropout(y), z))
         return add_residual(residual, out, self.residual_in_fp32)
 
     def _scan(self, x, state, resets, mask):

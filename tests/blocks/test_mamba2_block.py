@@ -78,3 +78,25 @@ def test_mamba2_models_build_train_and_generate_by_name():
     for _ in range(4):  # greedy by rerunning the whole prefix: no state cache
         full = torch.cat([full, model(full)[:, -1].argmax(-1, keepdim=True)], 1)
     torch.testing.assert_close(out, full)
+
+
+@pytest.mark.parametrize("position", ["ssp_output", "ssp_input"])
+def test_dropout_acts_where_its_position_says(position, monkeypatch):
+    torch.manual_seed(0)
+    block = Mamba2Block(16, Mamba2BlockConfig(SSPConfig("ssd", 8, layer_kwargs={"head_dim": 8}), dropout=0.5,
+                                              dropout_position=position)).train()
+    seen = {}
+    scan = block.ssm.scan_projected
+
+    def recording(u, *args):
+        seen["u"] = u
+        y, state = scan(u, *args)
+        seen["y"] = y
+        return y, state
+
+    monkeypatch.setattr(block.ssm, "scan_projected", recording)
+    block(torch.randn(2, 9, 16))
+    dropped = (seen["u"] == 0).float().mean()
+    assert (dropped > 0.3) == (position == "ssp_input")
+    with pytest.raises(ValueError, match="dropout_position is one of"):
+        Mamba2BlockConfig(dropout_position="in_proj")

@@ -26,6 +26,8 @@ def test_recipe_set_is_complete():
     expected = {f"seqssm/recipes/lra/{t}/{m}.yaml" for t in LRA_TASKS for m in STUDY_MODELS}
     expected |= {f"seqssm/recipes/bidirectional/{t}/{m}{v}.yaml" for t in ("imdb", "cifar_num")
                  for m in ("mamba-s4d", "mamba-s6") for v in ("", "-bi", "-placebo", "-sm")}
+    expected |= {f"seqssm/recipes/lra/{t}/mamba2-ssd.yaml" for t in LRA_TASKS}
+    expected |= {f"seqssm/recipes/smnist/{t}/mamba2-ssd.yaml" for t in ("sequential", "permuted")}
     expected |= {"seqssm/recipes/quickstart.yaml"}
     assert expected <= set(RECIPES)
     assert any(r.startswith("seqssm/recipes/smnist/") for r in RECIPES)
@@ -87,13 +89,13 @@ def test_recipe_builds(recipe, monkeypatch, imdb_dir):
     if recipe.startswith("seqssm/recipes/smnist/"):
         assert block.ssp.init == "default" and block.dropout == 0.1
         assert block.ssp.layer != "s4d" or block.ssp.layer_kwargs == {"init": "lin"}
-        # S4's code trains C at the full lr (it tags A, B, Δ only); S6's C comes from a projection
-        assert block.ssp.plain_params == ([] if block.ssp.layer == "s6" else ["C"])
+        # S4's code trains C at the full lr (it tags A, B, Δ only); S6's and the SSD's C come from a projection
+        assert block.ssp.plain_params == ([] if block.ssp.layer in ("s6", "ssd") else ["C"])
         assert (hp.lr, hp.weight_decay, hp.min_lr_ratio, hp.warmup_steps) == (0.01, 0.0, 0.0, 0)
         assert data.batch_size == 64 and data.val_fraction == 0.1
         assert (data.permutation is not None) == ("permuted" in recipe)
-    else:
-        assert block.ssp.init == "thesis"
+    else:  # the thesis's initialisation (12.2.4) is defined for S4, S4D and S6; the SSD keeps mamba_ssm's
+        assert block.ssp.init == ("default" if block.ssp.layer == "ssd" else "thesis")
     assert block.kind == "simple" or block.dropout_position == "ssp_input"
     if isinstance(data, IMDBDataModule):
         expected = CharVocabulary.build([t for t, _ in IMDB_TRAIN], 15, data.max_length)
