@@ -13,7 +13,8 @@ with the ptxas inside the triton wheel. Registers, stack and shared memory are r
 
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
-and no spills in every config; at N = 64 at least one config without spills).
+and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels
+without spills).
 
 Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
 `triton.runtime.driver.set_active`); other releases may move these.
@@ -42,7 +43,7 @@ ARCHS = (80, 90)
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One call the layers make: `op` "selective" or "linear", the dtype of the inputs, sizes and flags."""
+    """One call the layers make: `op` "selective", "linear" or "ssd", the dtype of the inputs, sizes and flags."""
 
     name: str
     op: str
@@ -53,7 +54,7 @@ class Case:
 
     def run(self) -> None:
         """Call the op's Triton implementation on meta tensors (forward, then backward if `grad`)."""
-        (_selective_call if self.op == "selective" else _linear_call)(self)
+        {"selective": _selective_call, "linear": _linear_call, "ssd": _ssd_call}[self.op](self)
 
 
 def _leaf(*shape, dtype, grad):
@@ -114,6 +115,29 @@ def _linear_call(case: Case) -> None:
         triton_scan.linear_backward(torch.empty_like(h), a, h0, resets, h)
 
 
+def _ssd_call(case: Case) -> None:
+    """The forward and, with `grad`, the backward implementation of the Triton SSD scan, as the Mamba-2 layer calls
+    it: x a (b, L, H, P) view of its projection, Δ in float32, B and C views in x's dtype, A and D float32."""
+    from seqssm.ops import triton_ssd
+
+    s, f, dt = case.sizes, case.flags, case.dtype
+    b, length, heads, p, n, groups = s["batch"], s["L"], s["heads"], s["P"], s["N"], s["groups"]
+    width = heads * p + 2 * groups * n
+    xBC = _leaf(b, length, width, dtype=dt, grad=False)  # one projection, split
+    x = xBC[..., :heads * p].unflatten(-1, (heads, p))
+    B = xBC[..., heads * p:heads * p + groups * n].unflatten(-1, (groups, n))
+    C = xBC[..., heads * p + groups * n:].unflatten(-1, (groups, n))
+    delta = _leaf(b, length, heads, dtype=torch.float32, grad=False)
+    A, D = _leaf(heads, dtype=torch.float32, grad=False), _leaf(heads, dtype=torch.float32, grad=False)
+    h0 = _leaf(b, heads, p, n, dtype=torch.float32, grad=False) if "state" in f else None
+    resets = torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None
+    tile = triton_ssd.ssd_tile(s["chunk"], length, False)
+    y, last, states = triton_ssd.ssd_forward(x, delta, A, B, C, D, h0, resets, tile, case.grad)
+    if case.grad:
+        triton_ssd.ssd_backward(torch.empty_like(y), torch.empty_like(last) if "state" in f else None, x, delta, A,
+                                B, C, D, resets, states, tile, h0 is not None)
+
+
 # The shapes the project runs: the Ulbaek 2024 thesis models (batch 32, d_inner 232, N 16, L 16384),
 # mamba-130m's widths (d_inner 1536, N 16), a wide state (N 64), the S5 PPO update (Lu et al. 2023:
 # batch 8, 128 complex modes, L 1024), and a stress shape where one batch row of S4D with resets
@@ -124,6 +148,8 @@ WIDE_STATE = dict(batch=8, dim=1536, N=64, L=2048)
 S5_PPO = dict(batch=8, L=1024, F=128)
 S4D_STRESS = dict(batch=2, L=32768, F=1024 * 64)
 MAMBA_STRESS = dict(batch=1, dim=2048, N=16, L=2**21)
+# Mamba-2 130m (Dao & Gu 2024): 24 heads of 64 channels, d_state 128, one group, chunks of 256.
+MAMBA2_130M = dict(batch=8, L=2048, heads=24, P=64, N=128, groups=1, chunk=256)
 
 
 def cases(tier: str = "quick") -> list[Case]:
@@ -137,6 +163,8 @@ def cases(tier: str = "quick") -> list[Case]:
         Case("S6 N=64", "selective", torch.float32, WIDE_STATE),
         Case("S5 PPO update, complex", "linear", torch.complex64, S5_PPO, frozenset({"broadcast", "state", "resets"})),
         Case("S4D stress, 2^31 elements per row", "linear", torch.float32, S4D_STRESS, frozenset({"resets"})),
+        Case("SSD training in the Mamba-2 layer, bf16", "ssd", torch.bfloat16, MAMBA2_130M),
+        Case("SSD training in the Mamba-2 layer, float32", "ssd", torch.float32, MAMBA2_130M),
     ]
     if tier == "quick":
         return quick
@@ -159,6 +187,10 @@ def cases(tier: str = "quick") -> list[Case]:
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.complex128):
         for flags in (frozenset(), frozenset({"broadcast", "state", "resets"})):
             full.append(Case(f"linear {dtype} {'+'.join(sorted(flags)) or 'plain'}", "linear", dtype, S5_PPO, flags))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        full.append(Case(f"SSD {dtype} state+resets", "ssd", dtype, MAMBA2_130M, frozenset({"state", "resets"})))
+    full.append(Case("SSD fp16", "ssd", torch.float16, MAMBA2_130M))
+    full.append(Case("SSD inference, bf16", "ssd", torch.bfloat16, MAMBA2_130M, frozenset({"state"}), grad=False))
     return full
 
 
@@ -222,7 +254,7 @@ class Launch:
 
 def capture(case: Case) -> list[Launch]:
     """The kernel launches `case` makes, none of them run."""
-    from seqssm.ops import triton_scan
+    from seqssm.ops import triton_scan, triton_ssd
 
     launches: list[Launch] = []
 
@@ -230,13 +262,16 @@ def capture(case: Case) -> list[Launch]:
         jit = kernel.fn if hasattr(kernel, "configs") else kernel
         launches.append(Launch(jit.__name__, kernel, grid, args, kwargs, case))
 
-    originals = triton_scan._for, triton_scan._launch
-    triton_scan._for = lambda device: (triton_scan._kernels(False), False)
-    triton_scan._launch = record
+    launchers = (triton_scan, triton_ssd)
+    originals = [(m._for, m._launch) for m in launchers]
+    for module in launchers:
+        module._for = lambda device, module=module: (module._kernels(False), False)
+        module._launch = record
     try:
         case.run()
     finally:
-        triton_scan._for, triton_scan._launch = originals
+        for module, (for_, launch) in zip(launchers, originals):
+            module._for, module._launch = for_, launch
     return launches
 
 
@@ -293,9 +328,12 @@ class Result:
     shared: int | None = None
 
     def config_name(self) -> str:
-        c = self.config
-        return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}" if "BLOCK_D" in c else \
-            f"BLOCK_F={self.launch.kwargs.get('BLOCK_F')} warps={c.get('num_warps', 4)}"
+        c, k = self.config, self.launch.kwargs
+        if "BLOCK_D" in c:
+            return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}"
+        if "BLOCK_Q" in k:
+            return f"BLOCK_Q={k['BLOCK_Q']} BLOCK_P={k['BLOCK_P']} warps={k['num_warps']}"
+        return f"BLOCK_F={k.get('BLOCK_F')} warps={c.get('num_warps', 4)}"
 
     def spills(self) -> bool:
         return bool(self.stack) or bool(self.spill_stores)
@@ -402,6 +440,11 @@ def check(results: list[Result]) -> list[str]:
             problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
                             f"(at N <= 16: at most {REGISTER_LIMIT} registers, no spills)")
+    for r in results:
+        if r.launch.kernel_name.startswith("ssd_") and not r.error and r.spills():
+            problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
+                            f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
+                            f"(the SSD kernels: no spills)")
     wide: dict[tuple, list[Result]] = {}
     for r in strict:
         if max(c.sizes["N"] for c in r.launch.cases()) > 16:

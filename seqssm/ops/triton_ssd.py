@@ -20,18 +20,19 @@ from seqssm.ops.checks import check_flags
 from seqssm.ops.triton_loader import interpreted, kernels_for, launch, load_kernels
 
 # Steps per chunk of the kernels. A chunk's (tile, tile) decay and score matrices and its (tile, N) B, C and their
-# gradients are register tiles; at mamba2-130m widths (P 64, N 128) 64 steps keep the kernels free of spills on
-# sm_80 and sm_90 (the compile check, docs/gpu.md).
-SSD_MAX_TILE = 64
+# gradients are register tiles beside the (BLOCK_P, N) state and its gradient. At mamba2-130m widths (P 64, N 128)
+# the compile check (docs/gpu.md) found the backward spilling at chunks of 32 and 64 steps (bf16: 452 and 1016
+# bytes at BLOCK_P 16 over 8 warps on sm_90), and none at 16.
+SSD_MAX_TILE = 16
 # tl.dot needs every side of a tile to be at least 16 when compiled; the interpreter takes any power of two.
 _MIN_DOT = 16
 # Channels of head_dim per program: the (BLOCK_P, N) state and its gradient are two of the largest tiles. The
 # interpreter's small block gives the tests several channel blocks per head.
-_BLOCK_P = {False: 32, True: 4}
+_BLOCK_P = {False: 16, True: 4}
 # The dtype of the chunks' matrix-product operands, by x's dtype (float32: tf32 on tensor cores).
 _DOT = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-# Warps per program, forward and backward (the compile check's spill rule picked them).
-_WARPS = {"fwd": 4, "bwd": 8}
+# Warps per program, forward and backward: over 4 warps the backward spilled (the compile check).
+_WARPS = {"fwd": 8, "bwd": 8}
 
 
 def _kernels(interpret: bool):

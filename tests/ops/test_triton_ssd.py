@@ -5,11 +5,11 @@ interpreter (TRITON_INTERPRET=1, set per test); the `gpu` variants run the same 
 import pytest
 import torch
 
-from seqssm.ops.backend import choose, Call
+from seqssm.ops.backend import Call, choose
 from seqssm.ops.ssd import ssd_reference, ssd_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_ssd import ssd_tile  # noqa: E402
+from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_tile  # noqa: E402
 
 DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 NAMES = ("x", "dt", "A", "B", "C", "D", "initial_state")
@@ -106,12 +106,13 @@ def test_ssd_triton_gradient_through_the_last_state_alone(device):
 
 
 def test_ssd_triton_empty_and_the_chunk_tile(device):
-    """L = 0 passes the initial state through; the kernels' chunk is a power of two up to 64 and the sequence."""
+    """L = 0 passes the initial state through; the kernels' chunk is a power of two up to SSD_MAX_TILE and the
+    sequence, at least 16 when compiled (tl.dot's least side)."""
     inp = _inputs(device, 0)
     y, last = ssd_scan(**inp, backend="triton")
     assert y.shape == inp["x"].shape and torch.equal(last, inp["initial_state"])
-    assert [ssd_tile(c, 1000, False) for c in (1, 8, 100, 256)] == [16, 16, 64, 64]
-    assert [ssd_tile(c, 5, True) for c in (1, 8, 100)] == [1, 8, 8]
+    assert [ssd_tile(c, 1000, False) for c in (1, 8, 256)] == [16, 16, SSD_MAX_TILE]
+    assert [ssd_tile(c, 5, True) for c in (1, 4, 8, 100)] == [1, 4, min(8, SSD_MAX_TILE), min(8, SSD_MAX_TILE)]
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         ssd_tile(0, 10, True)
 
