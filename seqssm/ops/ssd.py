@@ -6,7 +6,8 @@ Per head h, with a scalar A_h < 0, a state (head_dim P, d_state N) and B, C shar
 
 A reset at t zeroes h_{t-1} first (packed sequences, RL episodes). `ssd_reference` runs the recurrence one step
 at a time; `ssd_chunked` is the SSD form: within a chunk of Q steps the output is a masked (Q, Q) matrix of
-decays times C B^T (matrix products), and chunks pass one state each to the next.
+decays times C B^T (matrix products), and chunks pass one state each to the next. `triton`
+(`seqssm.ops.triton_ssd`) runs the same form in Triton kernels, the state of each head in registers.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor |
              backend: str = "auto") -> tuple[Tensor, Tensor]:
     """The SSD scan: x (b, L, H, P), Δ (b, L, H) > 0, A (H,), B, C (b, L, G, N), D (H,), initial_state (b, H, P, N),
     resets (b, L) bool (True at t zeroes the state before step t) -> (y (b, L, H, P) in x's dtype, last state
-    (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "triton" on CUDA, else
-    "chunked"); chunk_size: steps per chunk of "chunked", and the most per chunk of "triton"."""
+    (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "triton" on
+    CUDA, else "chunked"); chunk_size: steps per chunk of "chunked", the most per chunk of "triton"."""
     check_floating("ssd_scan", x=x, dt=dt, A=A, B=B, C=C, D=D, initial_state=initial_state)
     floats = (x, dt, A, B, C, D, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
