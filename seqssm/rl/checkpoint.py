@@ -2,7 +2,8 @@
 weights and the training progress, written atomically and read with torch.load(weights_only=True).
 
 Files of the two earlier formats (PPO's "seqssm-rl-agent" version 1 and SAC's "seqssm-sac-agent") are
-read too: `read_checkpoint` upgrades them to the current layout.
+read too: `read_checkpoint` upgrades them to the current layout, and SAC agents saved with the former
+`agent.encoder` keys to the `agent.core` they describe (the same modules, so the same weights' keys).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from seqssm.models.safe_load import load_torch_file
 from seqssm.rl.algos import ALGORITHMS
 from seqssm.rl.config import RunConfig
 from seqssm.rl.envs import make_env
+from seqssm.rl.offpolicy import former_encoder_core
 
 CHECKPOINT_FORMAT = "seqssm-rl"
 CHECKPOINT_VERSION = 2
@@ -89,6 +91,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if ckpt["algorithm"] not in ALGORITHMS:
         raise CheckpointError(f"{path}: an agent of the algorithm {ckpt['algorithm']!r}, which this seqssm cannot "
                               f"play; it plays {', '.join(ALGORITHMS)} agents")
+    agent = ckpt["config"].get("agent") or {}
+    if ckpt["algorithm"] == "sac" and isinstance(agent.get("encoder"), dict):
+        ckpt["config"]["agent"] = {**{k: v for k, v in agent.items() if k != "encoder"},
+                                   "core": former_encoder_core(agent["encoder"])}
     return ckpt
 
 

@@ -3,7 +3,7 @@
     seqssm rl --config rl/repeat_first_easy/s5.yaml
     seqssm rl --config rl/repeat_first_easy/s5.yaml --agent.core.layer gru --out_dir runs/rl/rf-gru
     seqssm rl --config rl/repeat_first_easy/s5.yaml --agent.core_init_from runs/quickstart/lightning_logs/version_0/checkpoints/last.ckpt
-    seqssm rl --config rl/sac/best_arm/kalman.yaml --agent.encoder.kind vssm
+    seqssm rl --config rl/sac/best_arm/kalman.yaml --agent.core.layer vssm
     seqssm rl-eval runs/rl/repeat_first_easy/s5/best.pt --episodes 100
     seqssm rl-eval runs/rl/sac/best_arm/kalman/last.pt --eval_set ood
 

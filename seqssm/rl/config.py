@@ -97,7 +97,8 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a recipe: plain values, the algorithm's settings under its name."""
-        out = {"algorithm": self.algorithm, "env": asdict(self.env), "agent": asdict(self.agent),
+        agent = {key: value for key, value in asdict(self.agent).items() if key not in former(type(self.agent))}
+        out = {"algorithm": self.algorithm, "env": asdict(self.env), "agent": agent,
                self.algorithm: asdict(self.algo), "eval": asdict(self.eval), "final_eval": asdict(self.final_eval)}
         return out | {f.name: getattr(self, f.name) for f in fields(self) if f.name not in out and f.name != "algo"}
 
@@ -127,18 +128,24 @@ def algorithm_spec(name: str) -> AlgorithmSpec:
 
 
 def dataclass_from_dict(cls: type, data: dict[str, Any], option: str):
-    """An instance of dataclass `cls` from a dict, nested dataclass fields from nested dicts; unknown keys raise."""
+    """An instance of dataclass `cls` from a dict, nested dataclass fields (also `X | None` ones) from nested dicts;
+    unknown keys raise."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in fields(cls)}
     unknown = set(data) - names
     if unknown:
-        raise ConfigError(f"--{option}: unknown key(s) {sorted(unknown)}; valid: {sorted(names)}")
+        raise ConfigError(f"--{option}: unknown key(s) {sorted(unknown)}; valid: {sorted(names - former(cls))}")
     kwargs = {}
     for key, value in data.items():
-        kind = hints[key]
+        kind = next((k for k in typing.get_args(hints[key]) if is_dataclass(k)), hints[key])
         kwargs[key] = (dataclass_from_dict(kind, value, f"{option}.{key}")
                        if is_dataclass(kind) and isinstance(value, dict) else value)
     return cls(**kwargs)
+
+
+def former(cls: type) -> set[str]:
+    """The fields of config dataclass `cls` that hold former keys, read for old recipes and never written."""
+    return set(getattr(cls, "FORMER", ()))
 
 
 def within(value: float, limit: str) -> bool:

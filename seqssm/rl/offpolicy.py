@@ -10,10 +10,11 @@ with `scan(x, state, mask=mask)`: masked steps leave the state unchanged (Kalman
 so the state returned is each sequence's state after its last valid step. `SACAgent` holds the
 actor, the twin critic, its target and the entropy temperature, and acts as a policy.
 
-Baselines of the Kalman-layer paper, 5.1, by encoder kind: vssm (vSSM), kalman (vSSM+KF), kalman_u
-(vSSM+KF-u), mamba, gru, transformer (vTransformer); none gives the Memoryless agent, and the
-Oracle is `none` on an environment that shows the true state. Every other layer of
-`seqssm.layers.LAYERS` (s5, s6, mingru, ...) and block of `seqssm.blocks.BLOCKS` is offered by its name too.
+The encoder is a memory core in the keys of PPO's `agent.core` (`CoreConfig`, built by `build_core`). Baselines of
+the Kalman-layer paper, 5.1, by core layer (block "none", one layer, no final norm): vssm (vSSM), kalman (vSSM+KF),
+kalman_u (vSSM+KF-u), gru, transformer (vTransformer), or block mamba; `core: null` gives the Memoryless agent, and
+the Oracle is that on an environment that shows the true state. Every other layer of `seqssm.layers.LAYERS` (s5, s6,
+mingru, ...) and block of `seqssm.blocks.BLOCKS` is offered by its name too.
 """
 
 from __future__ import annotations
@@ -21,31 +22,34 @@ from __future__ import annotations
 import copy
 import math
 import re
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import yaml
 from gymnasium import spaces
 from torch import nn
 
 from seqssm.blocks.config import block_config
 from seqssm.blocks.stack import BLOCKS
-from seqssm.errors import check_int
+from seqssm.errors import ConfigError, check_int
 from seqssm.layers.registry import LAYERS
 from seqssm.rl.agent import mlp
 from seqssm.rl.core import CoreConfig, build_core, reset_state
 from seqssm.rl.env_loop import ActOutput
 
-# A history encoder: a stack of any registered layer or of any block, or none (Memoryless / Oracle).
+# The kinds of SAC's former encoder keys: a stack of any registered layer or of any block, or none.
 ENCODERS = (*LAYERS, *BLOCKS, "none")
 
 
 @dataclass
 class HistoryEncoderConfig:
-    """A history encoder over embeddings of width d_model (the Kalman-layer paper's E; table 1: 16 with N = 128),
-    in the keys of SAC's recipes; `core_config` says which memory core they describe.
+    """SAC's former history-encoder keys (`agent.encoder`, replaced by `agent.core`): `core_config` reads them into
+    the CoreConfig they describe, so old recipes and agents keep loading. Embedding width d_model (the Kalman-layer
+    paper's E; table 1: 16 with N = 128).
 
     kind: one of ENCODERS. d_state: the latent size N (GRU hidden size; a block of `seqssm.blocks` with
     `expand` (Mamba): N is spread over its expand * d_model channels, Kalman-layer paper, table 1: d_state 4 per
@@ -95,6 +99,18 @@ class HistoryEncoderConfig:
                           **stack)
 
 
+def former_encoder_core(encoder: HistoryEncoderConfig | dict) -> dict | None:
+    """The `agent.core` section (CoreConfig keys that differ from the defaults; None: no encoder) that SAC's former
+    `agent.encoder` keys describe."""
+    if isinstance(encoder, dict):
+        encoder = HistoryEncoderConfig(**encoder)
+    core = encoder.core_config()
+    if core is None:
+        return None
+    defaults = asdict(CoreConfig())
+    return {key: value for key, value in asdict(core).items() if value != defaults[key]}
+
+
 def action_features(space: spaces.Space) -> int:
     """Width of an action as the networks read it: one-hot size for Discrete, dim for a 1-d Box."""
     if isinstance(space, spaces.Discrete):
@@ -128,12 +144,11 @@ class HistoryNet(nn.Module):
     With encoder None (Memoryless / Oracle) the features are the current observation alone.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, encoder: HistoryEncoderConfig):
+    def __init__(self, obs_dim: int, act_dim: int, core: CoreConfig | None):
         super().__init__()
-        core = encoder.core_config()
         self.encoder = None if core is None else build_core(core)
-        self.embed = nn.Linear(obs_dim + act_dim, encoder.d_model) if self.encoder is not None else None
-        self.out_dim = obs_dim + (encoder.d_model if self.encoder is not None else 0)
+        self.embed = nn.Linear(obs_dim + act_dim, core.d_model) if core is not None else None
+        self.out_dim = obs_dim + (core.d_model if core is not None else 0)
         self.register_load_state_dict_pre_hook(_rename_legacy_encoder_keys)
 
     def initial_state(self, batch_size: int, device=None):
@@ -160,19 +175,37 @@ class HistoryNet(nn.Module):
 
 @dataclass
 class RACConfig:
-    """The recurrent actor-critic: its history encoder (one per network), MLP head sizes, activation."""
+    """The recurrent actor-critic: its history encoder `core` (one per network, in the keys of PPO's agent.core;
+    None: no encoder, the Memoryless agent), MLP head sizes, activation. `encoder`: SAC's former keys, read into
+    `core` with a warning naming the section to write instead."""
 
     LIMITS: ClassVar[dict[str, str]] = {"actor": ">= 1", "critic": ">= 1"}
+    FORMER: ClassVar[tuple[str, ...]] = ("encoder",)  # read, never written (RunConfig.to_dict leaves them out)
 
-    encoder: HistoryEncoderConfig = field(default_factory=HistoryEncoderConfig)
+    core: CoreConfig | None = field(default_factory=CoreConfig)
     actor: list[int] = field(default_factory=lambda: [256, 256])
     critic: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
+    encoder: HistoryEncoderConfig | None = None
+
+    def __post_init__(self):
+        if self.encoder is None:
+            return
+        if self.core != CoreConfig():
+            raise ConfigError("--agent.encoder is the former name of --agent.core; give only agent.core")
+        section = former_encoder_core(self.encoder)
+        written = "null" if section is None else yaml.safe_dump(section, default_flow_style=True, sort_keys=False).strip()
+        warnings.warn(f"agent.encoder is SAC's former history-encoder section; write agent.core, the keys of PPO's "
+                      f"memory core, instead: `core: {written}` (read so this time)", FutureWarning, stacklevel=3)
+        self.core = None if section is None else CoreConfig(**section)
+        self.encoder = None
 
     @property
     def memory(self) -> str:
-        """The history encoder in a word: its kind."""
-        return self.encoder.kind
+        """The history encoder in a word: its layer or block, or "none"."""
+        if self.core is None:
+            return "none"
+        return self.core.layer if self.core.block in ("none", "residual") else self.core.block
 
 
 class Actor(nn.Module):
@@ -184,7 +217,7 @@ class Actor(nn.Module):
         super().__init__()
         self.discrete = isinstance(action_space, spaces.Discrete)
         self.act_dim = action_features(action_space)
-        self.history = HistoryNet(obs_dim, self.act_dim, config.encoder)
+        self.history = HistoryNet(obs_dim, self.act_dim, config.core)
         out = self.act_dim * (1 if self.discrete else 2)
         self.head = mlp([self.history.out_dim, *config.actor, out], config.activation, last_activation=False)
 
@@ -214,7 +247,7 @@ class Critic(nn.Module):
         super().__init__()
         self.discrete = isinstance(action_space, spaces.Discrete)
         act_dim = action_features(action_space)
-        self.history = HistoryNet(obs_dim, act_dim, config.encoder)
+        self.history = HistoryNet(obs_dim, act_dim, config.core)
         d_in = self.history.out_dim + (0 if self.discrete else act_dim)
         d_out = act_dim if self.discrete else 1
         self.q1 = mlp([d_in, *config.critic, d_out], config.activation, last_activation=False)

@@ -5,6 +5,7 @@ reported as what they are, never by running their content."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,21 @@ def test_bad_files_are_named_for_what_they_are(tmp_path, monkeypatch):
         read_checkpoint(tmp_path / "evil.pt")
     assert "Python objects" in str(error.value) and "weights_only" not in str(error.value)
     assert not mark.exists()
+
+
+def test_a_sac_agent_saved_with_the_former_encoder_keys_loads_as_its_agent_core(tmp_path):
+    core = {"layer": "gru", "block": "none", "d_model": 8, "d_state": 8, "n_layers": 1, "final_norm": False}
+    config = RunConfig.from_dict({"algorithm": "sac", "agent": {"core": core, "actor": [8], "critic": [8]},
+                                  "sac": {"num_envs": 2}, "out_dir": None})
+    agent = build(config).agent
+    path = save_checkpoint(tmp_path / "a.pt", agent, config)
+    raw = torch.load(path, weights_only=True)
+    raw["config"]["agent"] = {"encoder": {"kind": "gru", "d_model": 8, "d_state": 8}, "actor": [8], "critic": [8],
+                              "activation": "relu"}  # as SAC wrote its agent before agent.core
+    torch.save(raw, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # a saved agent is upgraded on reading, not reported
+        loaded, loaded_config, _ = load_checkpoint(path)
+    assert loaded_config.agent == config.agent
+    assert loaded.state_dict().keys() == agent.state_dict().keys()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in agent.state_dict().items())

@@ -67,7 +67,7 @@ def test_the_algorithm_is_read_like_every_other_key(tmp_path):
     assert algorithm_of([]) == "ppo"
     assert algorithm_of(["--config", str(sac)]) == "sac"
     assert algorithm_of(["--config", str(sac), "--algorithm", "ppo"]) == "ppo"
-    assert algorithm_of(["--algorithm=sac", "--agent.encoder.kind", "gru", "--help"]) == "sac"
+    assert algorithm_of(["--algorithm=sac", "--agent.core.layer", "gru", "--help"]) == "sac"
     assert algorithm_of(["--config", "seqssm/recipes/rl/repeat_first_easy/s5.yaml", "--config", str(sac)]) == "sac"
 
 
@@ -252,8 +252,8 @@ def test_core_init_from_says_it_replaces_the_recipes_core_and_records_the_core_b
 
 def test_sac_trains_and_rl_eval_plays_its_evaluation_sets(tmp_path):
     out = tmp_path / "sac"
-    summary = main(["rl", "--config", "rl/sac/best_arm/kalman", "--agent.encoder.kind", "vssm",
-                    "--agent.encoder.d_model", "8", "--agent.encoder.d_state", "8", "--agent.actor", "[16]",
+    summary = main(["rl", "--config", "rl/sac/best_arm/kalman", "--agent.core.layer", "vssm",
+                    "--agent.core.d_model", "8", "--agent.core.d_state", "8", "--agent.actor", "[16]",
                     "--agent.critic", "[16]", "--env.kwargs", "{cost: 0.1, max_steps: 20}", "--sac.total_steps", "64",
                     "--sac.num_envs", "4", "--sac.batch_size", "4", "--sac.context", "8", "--sac.learning_starts", "16",
                     "--eval.every", "32", "--eval.episodes", "4", "--final_eval.episodes", "6",

@@ -6,6 +6,7 @@ import torch
 from seqssm.rl import AgentConfig, ConfigError, EnvConfig, PPOConfig, RACConfig, RunConfig, SACConfig
 from seqssm.arguments import resolve_device
 from seqssm.rl.config import check_limits, validate, within
+from seqssm.rl.core import CoreConfig
 
 
 def test_algorithm_defaults():
@@ -22,16 +23,38 @@ def test_algorithm_defaults():
 
 def test_dicts_round_trip_and_unknown_keys_are_named():
     config = RunConfig(algorithm="sac", env=EnvConfig("BestArm", {"cost": 0.1}), seed=3)
-    config.agent.encoder.kind = "vssm"
+    config.agent.core.layer = "vssm"
     data = config.to_dict()
-    assert "sac" in data and "algo" not in data and "ppo" not in data
+    assert "sac" in data and "algo" not in data and "ppo" not in data and "encoder" not in data["agent"]
     again = RunConfig.from_dict(data)
-    assert again == config and again.agent.encoder.kind == "vssm"
+    assert again == config and again.agent.core.layer == "vssm"
+    memoryless = RunConfig.from_dict({"algorithm": "sac", "agent": {"core": None}})
+    assert memoryless.agent.core is None and RunConfig.from_dict(memoryless.to_dict()) == memoryless
     assert RunConfig.from_dict({"env": {"name": "RepeatFirstEasy"}}).algorithm == "ppo"  # a missing field means ppo
     with pytest.raises(ConfigError, match=r"--agent.core: unknown key\(s\) \['layers'\]"):
         RunConfig.from_dict({"agent": {"core": {"layers": 2}}})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['ppo'\] in a sac run config"):
         RunConfig.from_dict({"algorithm": "sac", "ppo": {}})
+
+
+def test_sac_and_ppo_take_one_core_section():
+    sac, ppo = RunConfig(algorithm="sac"), RunConfig()
+    assert sac.agent.core == ppo.agent.core == CoreConfig()  # the defaults are CoreConfig's, stated once
+    assert set(sac.to_dict()["agent"]["core"]) == set(ppo.to_dict()["agent"]["core"])
+
+
+def test_sac_s_former_encoder_keys_load_with_a_warning_naming_agent_core():
+    former = {"algorithm": "sac", "agent": {"encoder": {"kind": "mamba", "d_model": 16, "d_state": 128}}}
+    with pytest.warns(FutureWarning, match=r"agent.encoder is SAC's former .* write agent.core, .*: `core: \{layer: "
+                                           r"s6, d_model: 16, d_state: 4, n_layers: 1, block: mamba, final_norm: false\}`"):
+        config = RunConfig.from_dict(former)
+    assert config.agent.core == CoreConfig(layer="s6", d_model=16, d_state=4, n_layers=1, block="mamba",
+                                           final_norm=False)  # N = 128 over expand 2 x 16 channels
+    assert "encoder" not in config.to_dict()["agent"]
+    with pytest.warns(FutureWarning, match="`core: null`"):
+        assert RunConfig.from_dict({"algorithm": "sac", "agent": {"encoder": {"kind": "none"}}}).agent.core is None
+    with pytest.raises(ConfigError, match="--agent.encoder is the former name of --agent.core; give only agent.core"):
+        RunConfig.from_dict({"algorithm": "sac", "agent": {"encoder": {"kind": "gru"}, "core": {"layer": "gru"}}})
 
 
 @pytest.mark.parametrize("value, limit, ok", [
@@ -65,8 +88,8 @@ def test_nested_limits():
     with pytest.raises(ConfigError, match=r"--agent.core.n_layers = 0 is out of range: must be >= 1"):
         validate(config)
     sac = RunConfig(algorithm="sac")
-    sac.agent.encoder.d_state = 0
-    with pytest.raises(ConfigError, match=r"--agent.encoder.d_state = 0"):
+    sac.agent.core.d_state = 0
+    with pytest.raises(ConfigError, match=r"--agent.core.d_state = 0"):
         check_limits(sac.agent, "agent")
     validate(RunConfig())  # the defaults are valid
     validate(RunConfig(algorithm="sac"))

@@ -5,7 +5,8 @@ import pytest
 
 from seqssm.rl import EnvConfig, SACAgent, make_vector_env, run_episodes
 from seqssm.rl.env_loop import EpisodeTracker, final_infos, summarize_infos
-from seqssm.rl.offpolicy import HistoryEncoderConfig, RACConfig
+from seqssm.rl.core import CoreConfig
+from seqssm.rl.offpolicy import RACConfig
 
 
 def test_tracker_counts_returns_and_keeps_a_quota_per_environment():
@@ -35,7 +36,8 @@ def test_run_episodes_plays_whole_episodes_with_infos():
     env = EnvConfig("BestArm", {"max_steps": 4}, previous_action_reward=False)
     envs = make_vector_env(env, 3)
     agent = SACAgent(envs.single_observation_space, envs.single_action_space,
-                     RACConfig(encoder=HistoryEncoderConfig(kind="gru", d_model=4, d_state=4), actor=[8], critic=[8]))
+                     RACConfig(core=CoreConfig(layer="gru", block="none", d_model=4, d_state=4, n_layers=1), actor=[8],
+                               critic=[8]))
     result = run_episodes(agent, envs, episodes=7, seed=0)
     assert result["episodes"] == 9  # ceil(7 / 3) = 3 per environment
     assert 0.0 <= result["win"] <= 1.0 and 0.0 <= result["decided"] <= 1.0 and 1.0 <= result["length_mean"] <= 4.0

@@ -95,8 +95,8 @@ def test_transformer_window_and_kf_u_ignores_input_channel():
 @pytest.mark.parametrize("kind", ["gru", "none"])
 def test_sac_agent_acts_with_the_previous_action_and_forgets_at_episode_starts(kind):
     torch.manual_seed(3)
-    agent = SACAgent(spaces.Box(-1, 1, (3,)), spaces.Discrete(4), RACConfig(
-        encoder=HistoryEncoderConfig(kind=kind, d_model=8, d_state=8), actor=[16], critic=[16]))
+    core = None if kind == "none" else CoreConfig(layer=kind, block="none", d_model=8, d_state=8, n_layers=1)
+    agent = SACAgent(spaces.Box(-1, 1, (3,)), spaces.Discrete(4), RACConfig(core=core, actor=[16], critic=[16]))
     obs = torch.randn(5, 2, 3)
     state = agent.initial_state(2)
     for t in range(4):

@@ -21,7 +21,8 @@ from seqssm.rl.algos.sac import (
     soft_value,
     temperature_loss,
 )
-from seqssm.rl.offpolicy import Actor, HistoryEncoderConfig, RACConfig
+from seqssm.rl.core import CoreConfig
+from seqssm.rl.offpolicy import Actor, RACConfig
 from seqssm.rl.replay import Episode, EpisodeReplay
 from seqssm.rl.runner import build
 
@@ -81,13 +82,15 @@ def test_polyak_update_by_hand():
         torch.testing.assert_close(t, 0.75 * b + 0.25 * s)
 
 
-@pytest.mark.parametrize("kind", ["kalman", "mamba", "transformer"])
-def test_burn_in_gives_the_state_of_the_whole_prefix(kind):
+@pytest.mark.parametrize("core", [CoreConfig(layer="kalman", block="none", d_model=8, d_state=8, n_layers=1),
+                                  CoreConfig(layer="s6", block="mamba", d_model=8, d_state=1, n_layers=1),
+                                  CoreConfig(layer="transformer", block="none", d_model=8, d_state=64, n_layers=1,
+                                             layer_kwargs={"d_ff": 16})], ids=["kalman", "mamba", "transformer"])
+def test_burn_in_gives_the_state_of_the_whole_prefix(core):
     """Features of a window started from the masked burn-in state equal those of one scan over the whole episode."""
     torch.manual_seed(0)
     env = make_env(EnvConfig("MemoryLength", {"memory_length": 5}, previous_action_reward=False))
-    rac = RACConfig(encoder=HistoryEncoderConfig(kind=kind, d_model=8, d_state=8, context=64, d_ff=16),
-                    actor=[8], critic=[8])
+    rac = RACConfig(core=core, actor=[8], critic=[8])
     agent = SACAgent(env.observation_space, env.action_space, rac)
     rng = np.random.default_rng(0)
     replay = EpisodeReplay(10_000, 3, 2)
@@ -107,14 +110,14 @@ def test_burn_in_gives_the_state_of_the_whole_prefix(kind):
 
 def test_tanh_gaussian_log_prob_and_discrete_policy():
     torch.manual_seed(0)
-    actor = Actor(4, spaces.Box(-1, 1, (2,)), RACConfig(encoder=HistoryEncoderConfig(kind="none"), actor=[16]))
+    actor = Actor(4, spaces.Box(-1, 1, (2,)), RACConfig(core=None, actor=[16]))
     feats = torch.randn(5, 4)
     action, log_prob, _ = actor.policy(feats)
     mean, log_std = actor.head(feats).chunk(2, -1)
     dist = TransformedDistribution(Normal(mean, log_std.clamp(-5, 2).exp()), TanhTransform())
     torch.testing.assert_close(log_prob, dist.log_prob(action.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1), atol=1e-3, rtol=1e-3)
     assert action.abs().max() < 1
-    discrete = Actor(4, spaces.Discrete(3), RACConfig(encoder=HistoryEncoderConfig(kind="none"), actor=[16]))
+    discrete = Actor(4, spaces.Discrete(3), RACConfig(core=None, actor=[16]))
     a, log_probs, probs = discrete.policy(feats)
     assert a.shape == (5,) and torch.allclose(probs.sum(-1), torch.ones(5)) and torch.allclose(log_probs.exp(), probs)
     assert torch.equal(discrete.policy(feats, deterministic=True)[0], probs.argmax(-1))
@@ -122,7 +125,8 @@ def test_tanh_gaussian_log_prob_and_discrete_policy():
 
 def sac_config(**overrides) -> RunConfig:
     env = EnvConfig("gym:Pendulum-v1", observation_noise=0.1)
-    agent = RACConfig(encoder=HistoryEncoderConfig(kind="vssm", d_model=8, d_state=8), actor=[16], critic=[16])
+    agent = RACConfig(core=CoreConfig(layer="vssm", block="none", d_model=8, d_state=8, n_layers=1), actor=[16],
+                      critic=[16])
     return RunConfig(algorithm="sac", env=env, agent=agent, algo=SACConfig(**overrides), out_dir=None)
 
 
@@ -145,7 +149,7 @@ def test_continuous_update_moves_target_by_tau_and_tunes_alpha():
 def test_collected_episodes_are_the_environment_s():
     """Every stored episode starts with its reset observation and holds each step's observation, action and reward."""
     config = RunConfig(algorithm="sac", env=EnvConfig("BestArm", {"cost": 0.5, "max_steps": 3}),
-                       agent=RACConfig(encoder=HistoryEncoderConfig(kind="gru", d_model=4, d_state=4), actor=[8],
+                       agent=RACConfig(core=CoreConfig(layer="gru", block="none", d_model=4, d_state=4, n_layers=1), actor=[8],
                                        critic=[8]), algo=SACConfig(num_envs=2), out_dir=None)
     sac = build(config)
     first_obs = sac.loop.obs.clone()
@@ -177,7 +181,8 @@ def one_thread():
 
 def test_sac_learns_a_tiny_memory_task(one_thread):
     env = EnvConfig("MemoryLength", {"memory_length": 3})
-    rac = RACConfig(encoder=HistoryEncoderConfig(kind="gru", d_model=16, d_state=32), actor=[64], critic=[64])
+    rac = RACConfig(core=CoreConfig(layer="gru", block="none", d_model=16, d_state=32, n_layers=1), actor=[64],
+                    critic=[64])
     sac = SACConfig(total_steps=1000, num_envs=4, batch_size=32, context=8, burn_in=0, learning_starts=200, utd=0.5,
                     lr=1e-3, alpha=0.1, autotune=False)
     config = RunConfig(algorithm="sac", env=env, agent=rac, algo=sac, out_dir=None)
