@@ -43,8 +43,9 @@ def build_case(name: str) -> torch.nn.Module:
         return build_core(CoreConfig(d_model=8, d_state=4, n_layers=2, **CORES[name]))
     kind = name.removeprefix("encoder-")
     rms = kind in ("kalman", "mamba")  # the encoders' optional final norm, under its old key
+    # the encoders were saved under SAC's former keys; they read into the core config SAC now takes
     return HistoryNet(OBS, ACT, HistoryEncoderConfig(kind=kind, d_model=8, d_state=16, n_layers=2, rms_norm=rms,
-                                                     context=4, d_ff=16))
+                                                     context=4, d_ff=16).core_config())
 
 
 CASES = (*MODELS, *CORES, *(f"encoder-{k}" for k in ENCODERS))
