@@ -26,7 +26,7 @@ from seqssm.models import SequenceModel, build
 FAMILIES = (
     "simple-s4", "simple-s4d", "simple-s4-rope", "simple-s4d-rope",
     "mamba-s4", "mamba-s4d", "mamba-s6", "mamba-s4-bi", "mamba-s4d-bi", "mamba-s6-bi",
-    "mamba-s4-rope", "mamba-s4d-rope", "mamba-s6-rope", "mamba2-ssd",
+    "mamba-s4-rope", "mamba-s4d-rope", "mamba-s6-rope", "mamba2-ssd", "mamba2-ssd-bi",
 )
 # S4's kernel needs Ā^L, a matrix power whose squarings follow the bits of L: each new length is a new graph.
 LENGTH_FIXED = ("simple-s4", "simple-s4-rope", "mamba-s4", "mamba-s4-bi", "mamba-s4-rope")

@@ -117,7 +117,9 @@ DROPOUT_POSITIONS = ("ssp_output", "ssp_input", "in_proj")  # the Mamba block's;
 class GatedBlockConfig(BlockConfig):
     """Fields of the pre-norm residual blocks of the Mamba family: width expand x d_model inside, a causal conv1d of
     width d_conv (with bias if conv_bias), in / out projections (with bias if proj_bias), and residual_in_fp32 to keep
-    the residual sum in float32 when the model runs in lower precision."""
+    the residual sum in float32 when the model runs in lower precision. bidirectional: a second conv + SSP branch on
+    each sequence reversed within its length, its output reversed back and added (MambaBi, Ulbaek 2024 thesis,
+    fig. 16; non-causal); placebo: the same two branches without the flips (causal)."""
 
     final_norm: ClassVar[bool] = True  # pre-norm blocks leave the residual stream unnormalised
 
@@ -126,19 +128,22 @@ class GatedBlockConfig(BlockConfig):
     conv_bias: bool = True
     proj_bias: bool = False
     residual_in_fp32: bool = False
+    bidirectional: bool = False
+    placebo: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         check_sizes(type(self).__name__, expand=self.expand, d_conv=self.d_conv)
+        if self.bidirectional and self.placebo:
+            raise ValueError("choose at most one of bidirectional and placebo")
 
 
 @dataclass(frozen=True)
 class MambaBlockConfig(GatedBlockConfig):
     """The Mamba block (Ulbaek 2024 thesis, 12.1, fig. 9): width expand x d_model inside, a causal conv1d of width
     d_conv (with bias if conv_bias) before the SSP, in / out projections (with bias if proj_bias). dt_rank: S6's Δ
-    rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional: a second branch on the reversed sequence
-    (MambaBi, fig. 16); placebo: the same two branches without the flips. residual_in_fp32 keeps the residual
-    sum in float32 when the model runs in lower precision.
+    rank, "auto" = ceil(d_model / 16) as in mamba_ssm. bidirectional / placebo: two conv1d + SSP branches
+    (`GatedBlockConfig`).
 
     dropout_position: where the block's feature dropout acts (`DROPOUT_POSITIONS`). "ssp_output" (default): on
     the SSP's output, before the gate, as the Simple block does. "ssp_input": on the in_proj half that enters the
@@ -151,16 +156,12 @@ class MambaBlockConfig(GatedBlockConfig):
 
     ssp: SSPConfig = field(default_factory=lambda: SSPConfig("s6", d_state=16))
     dt_rank: int | str = "auto"
-    bidirectional: bool = False
-    placebo: bool = False
     dropout_position: str = "ssp_output"
 
     def __post_init__(self):
         super().__post_init__()
         if self.dropout_position not in DROPOUT_POSITIONS:
             raise ValueError(f"dropout_position must be one of {DROPOUT_POSITIONS}, got {self.dropout_position!r}")
-        if self.bidirectional and self.placebo:
-            raise ValueError("choose at most one of bidirectional and placebo")
         if self.dt_rank != "auto" and not (isinstance(self.dt_rank, int) and self.dt_rank > 0):
             raise ValueError(f"dt_rank must be 'auto' or a positive integer, got {self.dt_rank!r}")
 
@@ -179,7 +180,8 @@ class SimpleBlockConfig(BlockConfig):
 @dataclass(frozen=True)
 class Mamba2BlockConfig(GatedBlockConfig):
     """The Mamba-2 block (Dao & Gu 2024, 7.1), mamba_ssm's `Mamba2` defaults: the conv runs over x, B and C, and the
-    SSP is the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP). dropout_position: where
+    SSP is the SSD layer (its head_dim, n_groups and chunk_size are layer_kwargs of the SSP); bidirectional / placebo
+    give it a second conv1d + SSD branch over the same in_proj outputs (`GatedBlockConfig`). dropout_position: where
     the feature dropout acts, "ssp_output" (default: on the SSD's output, before the gated norm) or "ssp_input" (on
     the x that enters the SSD after the conv, the place Ulbaek 2024 thesis, 12.1.4, gives the Mamba block's)."""
 

@@ -117,6 +117,6 @@ def hybrid_layers(block: BlockConfig, n_layers: int, attn_layer_idx, attn) -> li
         raise ConfigError(f"{where} {depths} needs attn, the attention layers' settings (at least n_heads)")
     if not isinstance(block, GatedBlockConfig):
         raise ConfigError(f"attention layers join pre-norm stacks (mamba, mamba2 blocks), not {block.kind} blocks")
-    if getattr(block, "bidirectional", False) or getattr(block, "placebo", False):
+    if block.bidirectional:
         raise ConfigError("a hybrid stack's attention layers are causal: they cannot join bidirectional blocks")
     return depths

@@ -7,7 +7,7 @@ A name is <block>-<layer>[-variant ...]: a block of `seqssm.blocks.BLOCKS` aroun
 mamba-s6 (BASE_NAMES); any other registered layer builds the same way, and mamba2-ssd is the Mamba-2 block
 (Dao & Gu 2024) around its SSD layer. Variant suffixes, combinable as
 one of {-bi, -placebo, -sm} plus -rope: -bi bidirectional (fig. 16), -placebo the same parameters
-without the flips, -sm speed matched (wider), -rope RoPE before every SSP (defaults: base 10000,
+without the flips, -sm speed matched (wider; Mamba blocks only), -rope RoPE before every SSP (not Mamba-2) (defaults: base 10000,
 fixed θ, no normalisation, all inputs of the SSP; change them with rope={...}).
 Defaults follow Ulbaek 2024 thesis, tables 2, 3 and 6: 6 layers, dropout 0.1; Mamba d=116, N=16; Simple d=170, N=64
 (the block configs' own defaults give N; see `seqssm.blocks.config`).
@@ -72,10 +72,13 @@ def model_config(name: str, *, vocab_size=None, d_input=None, n_classes=None, **
     shape = next((v for v in variants if v in ("bi", "placebo", "sm")), None)
     variant = {}
     if shape is not None:
-        if block != "mamba":
-            raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (Ulbaek 2024 thesis, 15.2)")
+        if block not in ("mamba", "mamba2") or (block, shape) == ("mamba2", "sm"):
+            raise ValueError(f"{name!r}: -{shape} is a Mamba-block variant (Ulbaek 2024 thesis, 15.2); Mamba-2 blocks "
+                             "take -bi and -placebo")
         key = (ssp, "bi" if shape == "placebo" else shape)
-        if key not in VARIANT_WIDTH and "d_model" not in overrides:
+        # Mamba-2 has no thesis widths: its two-branch forms keep the base width (the second conv and SSD add 2% of
+        # the parameters at d_model 128)
+        if block == "mamba" and key not in VARIANT_WIDTH and "d_model" not in overrides:
             raise ValueError(f"{name!r}: the Ulbaek 2024 thesis gives no {shape} width for Mamba-{ssp}; "
                              "pass d_model=...")
         width = VARIANT_WIDTH.get(key, width)

@@ -100,3 +100,64 @@ def test_dropout_acts_where_its_position_says(position, monkeypatch):
     assert (dropped > 0.3) == (position == "ssp_input")
     with pytest.raises(ValueError, match="dropout_position is one of"):
         Mamba2BlockConfig(dropout_position="in_proj")
+
+
+def _two_branches(**variant):
+    torch.manual_seed(0)
+    block = Mamba2Block(8, Mamba2BlockConfig(SSPConfig("ssd", 4, layer_kwargs={"head_dim": 4, "chunk_size": 4}),
+                                             **variant)).double().eval()
+    with torch.no_grad():  # the two branches unlike each other
+        for p in block.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return block
+
+
+def test_the_placebo_block_keeps_the_contract_with_a_state_per_branch():
+    block = _two_branches(placebo=True)
+    check_layer_contract(block, d_in=8)
+    conv, ssd = block.initial_state(3)[1]
+    assert conv.shape == (3, block.conv_dim, 3) and ssd.shape == (3, 4, 4, 4)
+
+
+def test_the_bidirectional_block_reads_both_ways():
+    """Swapping the two branches' weights and reversing the input reverses the output: the second branch is the
+    first one's mirror image, and the rest of the block acts per position."""
+    block = _two_branches(bidirectional=True)
+    x = torch.randn(2, 11, 8, dtype=torch.float64)
+    y = block(x)
+    mirrored = _two_branches(bidirectional=True)
+    with torch.no_grad():
+        for first, second in [("conv1d", "second_conv1d"), ("ssm", "second_ssm")]:
+            a, b = getattr(block, first), getattr(block, second)
+            for (_, p), (_, q) in zip(getattr(mirrored, first).named_parameters(), b.named_parameters()):
+                p.copy_(q)
+            for (_, p), (_, q) in zip(getattr(mirrored, second).named_parameters(), a.named_parameters()):
+                p.copy_(q)
+    torch.testing.assert_close(mirrored(x.flip(1)).flip(1), y)
+    # a step's output depends on later inputs
+    later = x.clone()
+    later[:, -1] += 1.0
+    assert not torch.allclose(block(later)[:, 0], y[:, 0])
+    with pytest.raises(NotImplementedError, match="bidirectional"):
+        block.scan(x)
+
+
+def test_the_bidirectional_block_reverses_each_sequence_within_its_length():
+    block = _two_branches(bidirectional=True)
+    x = torch.randn(2, 10, 8, dtype=torch.float64)
+    y = block(x, lengths=torch.tensor([10, 6]))
+    torch.testing.assert_close(y[1, :6], block(x[1:, :6])[0])
+    torch.testing.assert_close(y[0], block(x[:1])[0])
+
+
+def test_two_branch_mamba2_models_by_name(tmp_path):
+    from seqssm.errors import PretrainedFormatError
+    from seqssm.models import build
+
+    settings = dict(vocab_size=11, d_state=8, block={"ssp": {"layer_kwargs": {"head_dim": 8}}})
+    model = build("mamba2-ssd-bi", n_classes=2, **settings)
+    assert model.config.d_model == 128 and model.config.block.bidirectional and not model.causal
+    with pytest.raises(ValueError, match="Mamba-2 blocks take -bi and -placebo"):
+        build("mamba2-ssd-sm", n_classes=2, **settings)
+    with pytest.raises(PretrainedFormatError, match="placebo=True is not supported"):
+        build("mamba2-ssd-placebo", d_model=16, n_layers=1, **settings).save_pretrained(tmp_path, format="hf")

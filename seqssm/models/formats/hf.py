@@ -107,7 +107,11 @@ def map_state_dict(own: dict, config: SequenceModelConfig, tensors: dict, origin
 
 def _common_refusals(where, config: SequenceModelConfig) -> None:
     """Refuse what neither MambaForCausalLM nor Mamba2ForCausalLM holds: a classifier, continuous inputs, attention
-    layers."""
+    layers, two branches per block."""
+    for key, why in [("bidirectional", "Hugging Face's Mamba models are causal"),
+                     ("placebo", "Hugging Face's Mamba models have one conv / SSM branch per block")]:
+        if getattr(config.block, key):
+            refuse(where, key, True, why)
     if config.attn_layer_idx:
         refuse(where, "attn_layer_idx", config.attn_layer_idx, "Hugging Face's Mamba models hold no attention layers; "
                "save a hybrid in format 'seqssm'")
@@ -154,8 +158,6 @@ def hf_config(config: SequenceModelConfig) -> dict:
         refuse(where, "block", block.kind, "Hugging Face Mamba holds Mamba and Mamba-2 blocks only")
     refusals = [
         ("ssp", ssp.layer, ssp.layer != "s6", "Hugging Face Mamba holds S6 cores only, not S4/S4D"),
-        ("bidirectional", block.bidirectional, block.bidirectional, "Hugging Face Mamba is causal"),
-        ("placebo", block.placebo, block.placebo, "Hugging Face Mamba has one conv/SSM branch per block"),
         ("rope", ssp.rope, ssp.rope is not None, "Hugging Face Mamba has no rotary embeddings"),
         ("rms_norm", block.rms_norm, not block.rms_norm, "Hugging Face Mamba normalises with RMSNorm"),
     ]
