@@ -5,8 +5,10 @@ defines the attention layers it puts at `attn_layer_idx` of a Mamba or Mamba-2 m
     out = x + out_proj(attention(q, k, v) ‖ up * SiLU(gate))
 
 Its state is a KV cache: every key and value seen so far, so it grows by one step per step (unlike the SSM blocks'
-fixed-size states). Resets and masks keep the layer contract: a step attends to the steps since its sequence's last
-reset and never to masked ones, and rotary positions count the valid steps since the last reset.
+fixed-size states). Resets and masks keep the layer contract in what later steps see: a step attends to the steps
+since its sequence's last reset and never to masked ones, and rotary positions count the valid steps since the last
+reset. The cache keeps the hidden entries (marked not visible), so states equal in meaning can differ in size: the
+contract's checks that compare states as tensors (`seqssm.testing`) do not apply, and the tests compare outputs.
 """
 
 from __future__ import annotations
