@@ -3,15 +3,17 @@
 fake implementations), so that `torch.compile(fullgraph=True)` keeps them in its graph.
 
 The kernels walk the sequence in chunks of `ssd_tile(chunk_size)` steps (at most SSD_MAX_TILE: the (tile, tile)
-decay matrix and the (tile, N) B and C live in registers beside the state) and keep the state entering every chunk,
-float32 (batch, chunks, H, P, N), for the backward pass, which recomputes each chunk from it. The results do not
-depend on the chunk length (the chunked form is exact). On CPU tensors the kernels run in Triton's interpreter,
+decay matrix and the (tile, N) B and C live in registers beside the state) and keep the state entering every
+`chunk_size` steps (rounded up to whole chunks, `ssd_segment`), float32 (batch, segments, H, P, N), for the backward
+pass, which recomputes the states in between from it. The results do not depend on either length (the chunked form
+is exact). On CPU tensors the kernels run in Triton's interpreter,
 which TRITON_INTERPRET=1 allows (the registry refuses CPU tensors otherwise); it is slow and meant for tests.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -20,9 +22,9 @@ from seqssm.ops.checks import check_flags
 from seqssm.ops.triton_loader import interpreted, kernels_for, launch, load_kernels
 
 # Steps per chunk of the kernels. A chunk's (tile, tile) decay and score matrices and its (tile, N) B, C and their
-# gradients are register tiles beside the (BLOCK_P, N) state and its gradient. At mamba2-130m widths (P 64, N 128)
-# the compile check (docs/gpu.md) found the backward spilling at chunks of 32 and 64 steps (bf16: 452 and 1016
-# bytes at BLOCK_P 16 over 8 warps on sm_90), and none at 16.
+# gradients are register tiles beside the (BLOCK_P, N) state or its gradient. At mamba2-130m widths (P 64, N 128,
+# BLOCK_P 16, 8 warps) the compile check (docs/gpu.md) finds no spills at 16 and spills at 32 steps (sm_90: the
+# backward's reverse walk 12 bytes in bf16 and 336 in float32, the forward 32 in float32).
 SSD_MAX_TILE = 16
 # tl.dot needs every side of a tile to be at least 16 when compiled; the interpreter takes any power of two.
 _MIN_DOT = 16
@@ -31,7 +33,7 @@ _MIN_DOT = 16
 _BLOCK_P = {False: 16, True: 4}
 # The dtype of the chunks' matrix-product operands, by x's dtype (float32: tf32 on tensor cores).
 _DOT = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-# Warps per program, forward and backward: over 4 warps the backward spilled (the compile check).
+# Warps per program, forward and backward: the one-kernel backward spilled over 4 warps (the compile check).
 _WARPS = {"fwd": 8, "bwd": 8}
 
 
@@ -59,22 +61,29 @@ def ssd_tile(chunk_size: int, length: int, interpret: bool) -> int:
     return tile if interpret else max(tile, _MIN_DOT)
 
 
+def ssd_segment(chunk_size: int, tile: int) -> int:
+    """Chunks of `tile` steps between the states the forward keeps for the backward: `chunk_size` steps, rounded up
+    to whole chunks."""
+    return _chunks(chunk_size, tile)
+
+
 def _blocks(p: int, n: int, interpret: bool) -> tuple[int, int]:
     """(BLOCK_P, BLOCK_N): channel block of head_dim, and all of d_state, each a power of two."""
     floor = 1 if interpret else _MIN_DOT
     return max(floor, min(_BLOCK_P[interpret], triton.next_power_of_2(p))), max(floor, triton.next_power_of_2(n))
 
 
-def _chunks(length, tile: int):
-    """How many chunks of `tile` steps a sequence of `length` (an int, or a symbolic one while compiling) has."""
-    return (length + tile - 1) // tile
+def _chunks(length, steps: int):
+    """How many pieces of `steps` steps a sequence of `length` (an int, or a symbolic one while compiling) has."""
+    return (length + steps - 1) // steps
 
 
-def _launch_args(x, dt, A, B, C, resets, tile):
-    """The kernel of this call, its grid, and the sizes, strides and flags both directions share."""
+def _launch_args(x, dt, B, C, resets, tile):
+    """The kernels of this call, the grid axis of (batch, head, channel block) programs, the sizes, the strides
+    and the flags every kernel shares."""
     kernels, interpret = _for(x.device)
     batch, length, heads, p = x.shape
-    groups, n = B.shape[2], B.shape[3]
+    n = B.shape[3]
     block_p, block_n = _blocks(p, n, interpret)
     n_pblocks = triton.cdiv(p, block_p)
     r_strides = resets.stride() if resets is not None else (0, 0)
@@ -82,85 +91,102 @@ def _launch_args(x, dt, A, B, C, resets, tile):
     # The interpreter's products are float32 (numpy), exact enough for the tests' float64 comparisons.
     dot = _DOT.get(x.dtype, tl.float32) if not interpret else tl.float32
     flags = dict(HAS_RESETS=resets is not None, BLOCK_Q=tile, BLOCK_P=block_p, BLOCK_N=block_n, DOT=dot)
-    grid = (batch * heads * n_pblocks,)
-    sizes = dict(length=length, heads=heads, head_dim=p, d_state=n, per_group=heads // groups, n_pblocks=n_pblocks,
-                 n_chunks=_chunks(length, tile))
-    return kernels, grid, sizes, strides, flags
+    return kernels, batch * heads * n_pblocks, n_pblocks, strides, flags
 
 
-def ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile: int, store_states: bool):
+def ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile: int, seg_chunks: int, store_states: bool):
     """The forward op's implementation (the compile check calls it on meta tensors): x (b, L, H, P), Δ (b, L, H),
     A (H,), B, C (b, L, G, N), D (H,) or None, initial_state (b, H, P, N) or None, resets (b, L) bool or None ->
-    (y (b, L, H, P) in x's dtype, the last state (b, H, P, N) float32, the state entering every chunk of `tile`
-    steps (b, chunks, H, P, N) float32, empty unless store_states)."""
+    (y (b, L, H, P) in x's dtype, the last state (b, H, P, N) float32, the state entering every segment of
+    `seg_chunks` chunks of `tile` steps (b, segments, H, P, N) float32, empty unless store_states)."""
     batch, length, heads, p = x.shape
-    n = B.shape[3]
-    kernels, grid, sizes, strides, flags = _launch_args(x, dt, A, B, C, resets, tile)
+    groups, n = B.shape[2], B.shape[3]
+    kernels, programs, n_pblocks, strides, flags = _launch_args(x, dt, B, C, resets, tile)
+    n_chunks = _chunks(length, tile)
+    n_segs = _chunks(n_chunks, seg_chunks)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     last = torch.empty(batch, heads, p, n, dtype=torch.float32, device=x.device)
-    states = torch.empty(batch, sizes["n_chunks"] if store_states else 0, heads, p, n, dtype=torch.float32,
-                         device=x.device)
+    states = torch.empty(batch, n_segs if store_states else 0, heads, p, n, dtype=torch.float32, device=x.device)
     h0 = initial_state.contiguous() if initial_state is not None else None
     # x stands for absent optional tensors (never read or written).
-    _launch(kernels.ssd_fwd, grid, x, dt, A, B, C, D if D is not None else x, h0 if h0 is not None else x,
-            resets if resets is not None else x, y, states if store_states else x, last, *sizes.values(), *strides,
-            HAS_D=D is not None, HAS_H0=h0 is not None, STORE_STATES=store_states, num_warps=_WARPS["fwd"], **flags)
+    _launch(kernels.ssd_fwd, (programs,), x, dt, A, B, C, D if D is not None else x, h0 if h0 is not None else x,
+            resets if resets is not None else x, y, states if store_states else x, last, length, heads, p, n,
+            heads // groups, n_pblocks, n_chunks, seg_chunks, n_segs, *strides, HAS_D=D is not None,
+            HAS_H0=h0 is not None, STORE_STATES=store_states, num_warps=_WARPS["fwd"], **flags)
     return y, last, states
 
 
 @torch.library.custom_op("seqssm::ssd_triton", mutates_args=())
 def _ssd_op(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, initial_state: Tensor | None,
-            resets: Tensor | None, tile: int, store_states: bool) -> tuple[Tensor, Tensor, Tensor]:
+            resets: Tensor | None, tile: int, seg_chunks: int, store_states: bool) -> tuple[Tensor, Tensor, Tensor]:
     """`ssd_forward` as an op."""
-    return ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile, store_states)
+    return ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile, seg_chunks, store_states)
 
 
 @_ssd_op.register_fake
-def _(x, dt, A, B, C, D, initial_state, resets, tile, store_states):
+def _(x, dt, A, B, C, D, initial_state, resets, tile, seg_chunks, store_states):
     batch, length, heads, p = x.shape
     n = B.shape[3]
-    states = x.new_empty(batch, _chunks(length, tile) if store_states else 0, heads, p, n, dtype=torch.float32)
+    segs = _chunks(length, tile * seg_chunks) if store_states else 0
+    states = x.new_empty(batch, segs, heads, p, n, dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(batch, heads, p, n,
                                                                                   dtype=torch.float32), states
 
 
-def ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile: int, has_initial_state: bool):
+def ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile: int, seg_chunks: int,
+                 has_initial_state: bool):
     """The backward op's implementation: the gradients of `ssd_forward` -> (x, Δ, A, B, C, D, initial state), each
     in its input's dtype (the initial state's: float32), empty for an absent input."""
     batch, length, heads, p = x.shape
     groups, n = B.shape[2], B.shape[3]
-    kernels, grid, sizes, strides, flags = _launch_args(x, dt, A, B, C, resets, tile)
-    programs = grid[0]
+    kernels, programs, n_pblocks, strides, flags = _launch_args(x, dt, B, C, resets, tile)
+    n_chunks, n_segs = _chunks(length, tile), states.shape[1]
+    f32 = dict(dtype=torch.float32, device=x.device)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    grad_dt = torch.zeros(batch, length, heads, dtype=torch.float32, device=x.device)
-    grad_B = torch.zeros(batch, length, groups, n, dtype=torch.float32, device=x.device)
-    grad_C = torch.zeros(batch, length, groups, n, dtype=torch.float32, device=x.device)
-    grad_A = torch.empty(programs, dtype=torch.float32, device=x.device)
-    grad_D = torch.empty(programs, dtype=torch.float32, device=x.device)
-    grad_h0 = torch.empty(batch, heads, p, n, dtype=torch.float32, device=x.device)
+    grad_dt = torch.zeros(batch, length, heads, **f32)
+    grad_B = torch.zeros(batch, length, groups, n, **f32)
+    grad_C = torch.zeros(batch, length, groups, n, **f32)
+    grad_A = torch.empty(1 + n_segs, programs, **f32)  # the reverse walk's partial sums, then each segment's
+    grad_D = torch.empty(programs, **f32)
+    grad_h0 = torch.empty(batch, heads, p, n, **f32)
+    own, read = torch.empty(programs, n_chunks, **f32), torch.empty(programs, n_chunks, **f32)
     last = grad_last.contiguous() if grad_last is not None else None
-    _launch(kernels.ssd_bwd, grid, x, dt, A, B, C, D if D is not None else x, resets if resets is not None else x,
-            states, grad_y, last if last is not None else x, grad_x, grad_dt, grad_B, grad_C, grad_A, grad_D, grad_h0,
-            *list(sizes.values())[:5], groups, *list(sizes.values())[5:], *strides, *grad_y.stride(),
-            HAS_D=D is not None, HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"],
-            **flags)
+    sizes = (length, heads, p, n, heads // groups, groups, n_pblocks, n_chunks)
+    _launch(kernels.ssd_bwd_dh, (programs,), x, dt, A, B, C, D if D is not None else x,
+            resets if resets is not None else x, grad_y, last if last is not None else x, grad_x, grad_dt, grad_B,
+            grad_A, grad_D, grad_h0, own, *sizes, *strides, *grad_y.stride(), HAS_D=D is not None,
+            HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"], **flags)
+    _launch(kernels.ssd_bwd_h, (programs, n_segs), x, dt, A, B, C, resets if resets is not None else x, states,
+            grad_y, grad_dt, grad_C, grad_A[1:], read, *sizes, seg_chunks, n_segs, *strides, *grad_y.stride(),
+            num_warps=_WARPS["bwd"], **flags)
+    # dL/d(a chunk's total log decay) is <dL/dh, h> at the chunk's end. Across a chunk that inner product gains the
+    # chunk's own input to the state (`own`) and loses dL/dy's pull on the entering state (`read`), so it is a
+    # running sum from <d(initial state), initial state> (0 without one). Summed in float64: 2 sums per chunk.
+    phi = (own - read).view(batch, heads, n_pblocks, n_chunks).sum(2).double().cumsum(-1)
+    if has_initial_state:
+        phi += (grad_h0 * states[:, 0]).sum((-2, -1)).double()[..., None]
+    phi = phi.float()  # (b, H, chunks)
+    # Each step's Δ A adds to its chunk's total: dΔ gets phi A, dA gets phi Σ Δ over the chunk.
+    grad_dt += phi.repeat_interleave(tile, -1)[..., :length].transpose(1, 2) * A.float()
+    dt_sums = F.pad(dt.float(), (0, 0, 0, n_chunks * tile - length)).view(batch, n_chunks, tile, heads).sum(2)
     # The programs are (batch, head, channel block) in that order: dA and dD sum over batch and channel blocks.
-    per_head = lambda g: g.view(batch, heads, -1).sum((0, 2))  # noqa: E731
-    return (grad_x, grad_dt.to(dt.dtype), per_head(grad_A).to(A.dtype), grad_B.to(B.dtype), grad_C.to(C.dtype),
+    per_head = lambda g: g.view(-1, batch, heads, n_pblocks).sum((0, 1, 3))  # noqa: E731
+    grad_A = per_head(grad_A) + (phi * dt_sums.transpose(1, 2)).sum((0, 2))
+    return (grad_x, grad_dt.to(dt.dtype), grad_A.to(A.dtype), grad_B.to(B.dtype), grad_C.to(C.dtype),
             per_head(grad_D).to(D.dtype) if D is not None else x.new_empty(0),
             grad_h0 if has_initial_state else x.new_empty(0))
 
 
 @torch.library.custom_op("seqssm::ssd_triton_backward", mutates_args=())
 def _ssd_backward_op(grad_y: Tensor, grad_last: Tensor | None, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                     D: Tensor | None, resets: Tensor | None, states: Tensor, tile: int, has_initial_state: bool,
-                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                     D: Tensor | None, resets: Tensor | None, states: Tensor, tile: int, seg_chunks: int,
+                     has_initial_state: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """`ssd_backward` as an op."""
-    return ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, has_initial_state)
+    return ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, seg_chunks, has_initial_state)
 
 
 @_ssd_backward_op.register_fake
-def _(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, has_initial_state):
+def _(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, seg_chunks, has_initial_state):
     batch, _, heads, p = x.shape
     contiguous = dict(memory_format=torch.contiguous_format)
     return (torch.empty_like(x, **contiguous), torch.empty_like(dt, **contiguous), torch.empty_like(A),
@@ -170,9 +196,9 @@ def _(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile, has_initial_st
 
 
 def _setup(ctx, inputs, output):
-    x, dt, A, B, C, D, initial_state, resets, tile, _ = inputs
+    x, dt, A, B, C, D, initial_state, resets, tile, seg_chunks, _ = inputs
     ctx.save_for_backward(x, dt, A, B, C, D, resets, output[2])
-    ctx.tile, ctx.has_initial_state = tile, initial_state is not None
+    ctx.tile, ctx.seg_chunks, ctx.has_initial_state = tile, seg_chunks, initial_state is not None
     # An unused y or last state then reaches backward as None.
     ctx.set_materialize_grads(False)
 
@@ -184,9 +210,9 @@ def _backward(ctx, grad_y, grad_last, _):
     elif 0 in grad_y.stride():  # an expanded view (of y.sum(), say): its tiles would overlap
         grad_y = grad_y.contiguous()
     grads = torch.ops.seqssm.ssd_triton_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, ctx.tile,
-                                                 ctx.has_initial_state)
+                                                 ctx.seg_chunks, ctx.has_initial_state)
     present = (x, dt, A, B, C, D, ctx.has_initial_state or None)
-    return (*(g if t is not None else None for g, t in zip(grads, present)), None, None, None)
+    return (*(g if t is not None else None for g, t in zip(grads, present)), None, None, None, None)
 
 
 _ssd_op.register_autograd(_backward, setup_context=_setup)
@@ -209,5 +235,5 @@ def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_si
     A, D = A.contiguous(), D.contiguous() if D is not None else None  # the kernels read them one head apart
     floats = (x, dt, A, B, C, D, initial_state)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in floats)
-    y, last, _ = _ssd_op(x, dt, A, B, C, D, initial_state, resets, tile, needs_grad)
+    y, last, _ = _ssd_op(x, dt, A, B, C, D, initial_state, resets, tile, ssd_segment(chunk_size, tile), needs_grad)
     return y, last

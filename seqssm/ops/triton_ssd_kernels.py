@@ -14,8 +14,12 @@ from the chunk's start, each chunk is
 
 decay(t, s) = exp(cum_t - cum_s) for s <= t when no reset lies in (s, t] (0 otherwise, through -inf before exp: the
 gap of an unreached pair can be positive and overflow); from_start_t = exp(cum_t) unless a reset lies in [0, t];
-to_end_s = decay(last, s); through = from_start_last. The forward stores the state entering every chunk (float32);
-the backward walks the chunks in reverse from those, carrying dL/dh in registers.
+to_end_s = decay(last, s); through = from_start_last. The forward stores the state entering every segment of
+seg_chunks chunks (float32). The backward is two kernels, each holding one (BLOCK_P, BLOCK_N) state tile: `ssd_bwd_dh`
+walks the whole sequence in reverse carrying dL/dh (dx, dB, dD and the terms of dΔ, dA that need dL/dh), and
+`ssd_bwd_h`, one program per segment, walks it forward from the stored state carrying h (dC and the terms that need
+h). dL/d(a chunk's total log decay), <dL/dh, h> at its end, needs both; each kernel writes its half of that inner
+product's change across every chunk and the launcher sums them.
 
 Offsets: a chunk's first step is a 64-bit scalar; the offsets inside one tile are 32-bit.
 """
@@ -89,13 +93,13 @@ def _state_offsets(row, offs_p, offs_n, head_dim, d_state):
 @triton.jit
 def ssd_fwd(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, h0_ptr, resets_ptr, y_ptr, states_ptr, last_ptr,
-    length, heads, head_dim, d_state, per_group, n_pblocks, n_chunks,
+    length, heads, head_dim, d_state, per_group, n_pblocks, n_chunks, seg_chunks, n_segs,
     s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
     HAS_D: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESETS: tl.constexpr, STORE_STATES: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
-    """y (b, L, H, P) contiguous, the state entering every chunk (b, chunks, H, P, N) and the last state (b, H, P, N),
-    both float32 contiguous; x, Δ, B, C and resets are read with their strides."""
+    """y (b, L, H, P) contiguous, the state entering every segment of seg_chunks chunks (b, segments, H, P, N) and
+    the last state (b, H, P, N), both float32 contiguous; x, Δ, B, C and resets are read with their strides."""
     pid, pid_b, head, group, offs_p, row = _program(heads, per_group, n_pblocks, BLOCK_P)
     offs_q = tl.arange(0, BLOCK_Q)
     offs_n = tl.arange(0, BLOCK_N)
@@ -115,9 +119,10 @@ def ssd_fwd(
             offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
             s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q, DOT)
         if STORE_STATES:
-            chunk_row = (pid_b * n_chunks + c) * heads + head
-            tl.store(states_ptr + chunk_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :], h,
-                     mask=state_mask)
+            if c % seg_chunks == 0:
+                seg_row = (pid_b * n_segs + c // seg_chunks) * heads + head
+                tl.store(states_ptr + seg_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :], h,
+                         mask=state_mask)
         xdt = x * dt[:, None]
         scores = _dot(Cm, tl.trans(Bm), DOT) * decay
         y = _dot(scores, xdt, DOT)
@@ -131,18 +136,19 @@ def ssd_fwd(
 
 
 @triton.jit
-def ssd_bwd(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, resets_ptr, states_ptr, gy_ptr, glast_ptr,
-    gx_ptr, gdt_ptr, gB_ptr, gC_ptr, gA_ptr, gD_ptr, gh0_ptr,
+def ssd_bwd_dh(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, resets_ptr, gy_ptr, glast_ptr,
+    gx_ptr, gdt_ptr, gB_ptr, gA_ptr, gD_ptr, gh0_ptr, own_ptr,
     length, heads, head_dim, d_state, per_group, n_groups, n_pblocks, n_chunks,
     s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
     s_gb, s_gt, s_gh, s_gp,
     HAS_D: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_GLAST: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
-    """Gradients of `ssd_fwd` from dL/dy (read with its strides) and dL/d(last state): dx (b, L, H, P) contiguous;
-    dΔ (b, L, H), dB and dC (b, L, G, N) float32, added atomically (channel blocks and the heads of a group share
-    them); per program partial sums of dA and dD; d(initial state) (b, H, P, N) float32."""
+    """The backward's reverse walk, carrying dL/dh from dL/dy (read with its strides) and dL/d(last state): dx
+    (b, L, H, P) contiguous; dB (b, L, G, N) and this half of dΔ (b, L, H), float32, added atomically; per program
+    partial sums of dA and dD; d(initial state) (b, H, P, N) float32; per program and chunk <dL/dh, the chunk's own
+    input to the state> (programs, chunks) float32."""
     pid, pid_b, head, group, offs_p, row = _program(heads, per_group, n_pblocks, BLOCK_P)
     offs_q = tl.arange(0, BLOCK_Q)
     offs_n = tl.arange(0, BLOCK_N)
@@ -165,33 +171,23 @@ def ssd_bwd(
             x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, length, head_dim, d_state,
             offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
             s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q, DOT)
-        chunk_row = (pid_b * n_chunks + c) * heads + head
-        h = tl.load(states_ptr + chunk_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :],
-                    mask=state_mask, other=0.0)
         gy = tl.load(gy_ptr + pid_b * s_gb + head * s_gh + t0 * s_gt + offs_q[:, None] * s_gt
                      + offs_p[None, :] * s_gp, mask=mask_x, other=0.0).to(tl.float32)
         xdt = x * dt[:, None]
         scores = _dot(Cm, tl.trans(Bm), DOT) * decay
         g_scores = _dot(gy, tl.trans(xdt), DOT)
-        g_cb = g_scores * decay  # dL/d(C_t . B_s)
-        # The state term y += (C h^T) ∘ from_start and the state passed on, through ∘ h + ((Δ x) ∘ to_end)^T B
+        # The state passed on, through ∘ h + ((Δ x) ∘ to_end)^T B: its second term's gradients
         b_gh = _dot(Bm, tl.trans(gh), DOT)
         gxdt = _dot(tl.trans(scores), gy, DOT) + to_end[:, None] * b_gh
-        g_to_end = tl.reduce(xdt * b_gh, 1, _add)
-        gy_start = gy * from_start[:, None]
-        g_from_start = tl.reduce(gy * _dot(Cm, tl.trans(h), DOT), 1, _add)
-        gC = _dot(g_cb, Bm, DOT) + _dot(gy_start, h, DOT)
-        gB = _dot(tl.trans(g_cb), Cm, DOT)
+        g_own = tl.reduce(xdt * b_gh, 1, _add) * to_end  # dL/d(to_end) ∘ to_end
+        gB = _dot(tl.trans(g_scores * decay), Cm, DOT)
         gB += _dot(xdt * to_end[:, None], gh, DOT)
-        g_through = tl.reduce(tl.reduce(gh * h, 1, _add), 0, _add)
-        # dL/dcum_t, each decay exp(cum_t - cum_s) adding its own gradient to t and taking it from s; the chunk's
-        # last cum (in to_end and through) is the sum of every step's log decay
+        # dL/dcum_t from the decays within the chunk (each exp(cum_t - cum_s) adds its gradient to t and takes it
+        # from s) and from to_end = exp(total - cum); dL/dtotal is the launcher's (ssd_backward)
         g_decay = g_scores * scores
-        g_cum = tl.reduce(g_decay, 1, _add) - tl.reduce(g_decay, 0, _add) + g_from_start * from_start
-        g_cum -= g_to_end * to_end
-        g_total = tl.reduce(g_to_end * to_end, 0, _add) + g_through * through
-        # dL/d(Δ_k A) = Σ_{t>=k} dL/dcum_t + dL/dtotal
-        g_a = tl.reduce(g_cum, 0, _add) - tl.associative_scan(g_cum, 0, _add) + g_cum + g_total
+        g_cum = tl.reduce(g_decay, 1, _add) - tl.reduce(g_decay, 0, _add) - g_own
+        # dL/d(Δ_k A) = Σ_{t>=k} dL/dcum_t
+        g_a = tl.reduce(g_cum, 0, _add) - tl.associative_scan(g_cum, 0, _add) + g_cum
         gdt = tl.reduce(gxdt * x, 1, _add) + g_a * A
         gA += tl.reduce(g_a * dt, 0, _add)
         gx = gxdt * dt[:, None]
@@ -201,13 +197,61 @@ def ssd_bwd(
         rows = t0 + offs_q
         tl.store(gx_base + t0 * heads * head_dim + offs_q[:, None] * (heads * head_dim) + offs_p[None, :],
                  gx.to(gx_ptr.dtype.element_ty), mask=mask_x)
-        tl.atomic_add(gdt_ptr + pid_b * length * heads + rows * heads + head, gdt, mask=mask_q)
-        bc_off = bc_base + rows[:, None] * (n_groups * d_state) + offs_n[None, :]
-        tl.atomic_add(gB_ptr + bc_off, gB, mask=mask_bc)
-        tl.atomic_add(gC_ptr + bc_off, gC, mask=mask_bc)
-        gh = through * gh + _dot(tl.trans(gy_start), Cm, DOT)
+        tl.atomic_add(gdt_ptr + pid_b * length * heads + rows * heads + head, gdt, mask=mask_q, sem="relaxed")
+        tl.atomic_add(gB_ptr + bc_base + rows[:, None] * (n_groups * d_state) + offs_n[None, :], gB, mask=mask_bc,
+                      sem="relaxed")
+        tl.store(own_ptr + pid.to(tl.int64) * n_chunks + c, tl.reduce(g_own, 0, _add))
+        gh = through * gh + _dot(tl.trans(gy * from_start[:, None]), Cm, DOT)
     tl.store(gA_ptr + pid, gA)
     if HAS_D:
         tl.store(gD_ptr + pid, gD)
     if HAS_H0:
         tl.store(gh0_ptr + state_off, gh, mask=state_mask)
+
+
+@triton.jit
+def ssd_bwd_h(
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, resets_ptr, states_ptr, gy_ptr, gdt_ptr, gC_ptr, gA_ptr, read_ptr,
+    length, heads, head_dim, d_state, per_group, n_groups, n_pblocks, n_chunks, seg_chunks, n_segs,
+    s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
+    s_gb, s_gt, s_gh, s_gp,
+    HAS_RESETS: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    """The backward's forward walk over one stored state's seg_chunks chunks (grid axis 1), carrying h from the
+    stored state (b, segments, H, P, N) float32: dC (b, L, G, N) and this half of dΔ (b, L, H), float32, added
+    atomically; per (segment, program) partial sums of dA; per program and chunk <dL/dy's pull on the entering
+    state, that state> (programs, chunks) float32."""
+    pid, pid_b, head, group, offs_p, row = _program(heads, per_group, n_pblocks, BLOCK_P)
+    seg = tl.program_id(1)
+    offs_q = tl.arange(0, BLOCK_Q)
+    offs_n = tl.arange(0, BLOCK_N)
+    A = tl.load(A_ptr + head).to(tl.float32)
+    state_mask = (offs_p < head_dim)[:, None] & (offs_n < d_state)[None, :]
+    seg_row = (pid_b * n_segs + seg) * heads + head
+    h = tl.load(states_ptr + seg_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :],
+                mask=state_mask, other=0.0)
+    gA = tl.full([], 0.0, tl.float32)
+    bc_base = pid_b * length * n_groups * d_state + group * d_state
+    for c in range(seg * seg_chunks, tl.minimum(seg * seg_chunks + seg_chunks, n_chunks)):
+        t0 = tl.cast(c, tl.int64) * BLOCK_Q
+        x, dt, Bm, Cm, decay, from_start, to_end, through, mask_q, mask_x, mask_bc = _chunk(
+            x_ptr, dt_ptr, B_ptr, C_ptr, resets_ptr, A, pid_b, head, group, t0, length, head_dim, d_state,
+            offs_q, offs_p, offs_n, s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn,
+            s_cb, s_ct, s_cg, s_cn, s_rb, s_rt, HAS_RESETS, BLOCK_Q, DOT)
+        gy = tl.load(gy_ptr + pid_b * s_gb + head * s_gh + t0 * s_gt + offs_q[:, None] * s_gt
+                     + offs_p[None, :] * s_gp, mask=mask_x, other=0.0).to(tl.float32)
+        xdt = x * dt[:, None]
+        # The state term y += (C h^T) ∘ from_start: its gradients, and the within-chunk term's for C
+        gy_start = gy * from_start[:, None]
+        g_read = tl.reduce(gy * _dot(Cm, tl.trans(h), DOT), 1, _add) * from_start  # dL/d(from_start) ∘ from_start
+        gC = _dot(_dot(gy, tl.trans(xdt), DOT) * decay, Bm, DOT) + _dot(gy_start, h, DOT)
+        g_a = tl.reduce(g_read, 0, _add) - tl.associative_scan(g_read, 0, _add) + g_read
+        gA += tl.reduce(g_a * dt, 0, _add)
+        rows = t0 + offs_q
+        tl.atomic_add(gdt_ptr + pid_b * length * heads + rows * heads + head, g_a * A, mask=mask_q, sem="relaxed")
+        tl.atomic_add(gC_ptr + bc_base + rows[:, None] * (n_groups * d_state) + offs_n[None, :], gC, mask=mask_bc,
+                      sem="relaxed")
+        tl.store(read_ptr + pid.to(tl.int64) * n_chunks + c, tl.reduce(g_read, 0, _add))
+        h = through * h + _dot(tl.trans(xdt * to_end[:, None]), Bm, DOT)
+    tl.store(gA_ptr + seg.to(tl.int64) * tl.num_programs(0) + pid, gA)

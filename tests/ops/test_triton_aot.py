@@ -22,7 +22,8 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
     assert not problems, "\n".join(problems)
     kernels = {(r.launch.kernel_name, r.arch) for r in results}
     assert kernels == {(k, arch) for k in ("selective_scan_fwd", "selective_scan_bwd", "linear_scan_fwd",
-                                            "linear_scan_bwd", "ssd_fwd", "ssd_bwd") for arch in (80, 90)}
+                                            "linear_scan_bwd", "ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h")
+                       for arch in (80, 90)}
     from seqssm.ops.triton_scan import selective_configs
 
     for r in results:  # every config its autotuner may pick was compiled
@@ -33,7 +34,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
             assert tried == set(selective_configs(direction, block_t, r.launch.args[0].element_size() >= 4))
     assert all(r.registers and r.shared is not None for r in results)
     ssd = {(r.launch.case.dtype, r.launch.kernel_name) for r in results if r.launch.case.op == "ssd"}
-    assert ssd == {(d, k) for d in (torch.bfloat16, torch.float32) for k in ("ssd_fwd", "ssd_bwd")}
+    assert ssd == {(d, k) for d in (torch.bfloat16, torch.float32) for k in ("ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h")}
 
 
 def test_the_stress_shapes_pass_64_bit_strides_and_compile(quick):

@@ -9,7 +9,7 @@ from seqssm.ops.backend import Call, choose
 from seqssm.ops.ssd import ssd_reference, ssd_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_tile  # noqa: E402
+from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_segment, ssd_tile  # noqa: E402
 
 DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 NAMES = ("x", "dt", "A", "B", "C", "D", "initial_state")
@@ -44,11 +44,14 @@ def _inputs(device, length, heads=4, p=3, groups=2, n=5, dtype=torch.float32, wi
 
 
 def _resets(length, chunk, device):
-    """Random resets plus one at t = 0 and one on the first chunk boundary."""
+    """Random resets plus one at t = 0, one on the kernels' first chunk boundary and one on the first boundary
+    between stored states."""
     resets = torch.rand(2, length, generator=torch.Generator().manual_seed(1)) < 0.15
     resets[0, 0] = True
-    if length > chunk:
-        resets[1, chunk] = True
+    tile = ssd_tile(chunk, length, device.type == "cpu")
+    for boundary in (tile, tile * ssd_segment(chunk, tile)):
+        if length > boundary:
+            resets[1, boundary] = True
     return resets.to(device)
 
 
@@ -76,6 +79,9 @@ CASES = [
     (5, 8, 1, 6, 4, True, True, True),  # L shorter than a chunk; P over one channel block
     (16, 8, 2, 8, 8, False, False, False),  # no D, no initial state, no resets: powers of two throughout
     (20, 8, 1, 5, 7, True, False, True),
+    # chunk 24: chunks of 16 steps, a state kept every 2 of them; L 45 ends inside the second kept state's first chunk
+    (45, 24, 2, 3, 5, True, True, True),
+    (53, 40, 1, 3, 3, False, False, True),  # a state kept every 3 chunks of 16; no D, no initial state
 ]
 
 
@@ -113,6 +119,7 @@ def test_ssd_triton_empty_and_the_chunk_tile(device):
     assert y.shape == inp["x"].shape and torch.equal(last, inp["initial_state"])
     assert [ssd_tile(c, 1000, False) for c in (1, 8, 256)] == [16, 16, SSD_MAX_TILE]
     assert [ssd_tile(c, 5, True) for c in (1, 4, 8, 100)] == [1, 4, min(8, SSD_MAX_TILE), min(8, SSD_MAX_TILE)]
+    assert [ssd_segment(c, 16) for c in (1, 16, 24, 256)] == [1, 1, 2, 16]  # chunks between kept states
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         ssd_tile(0, 10, True)
 
@@ -135,8 +142,9 @@ def test_auto_picks_triton_on_cuda_and_float64_falls_back(monkeypatch):
 
 
 def _op_args(device, length=11):
+    """The forward op's arguments: chunks of 4 steps (8 on CUDA is 16), a state kept every 2 chunks."""
     inp = _inputs(device, length)
-    return (*(inp[k] for k in NAMES), _resets(length, 4, device), 4, True)
+    return (*(inp[k] for k in NAMES), _resets(length, 8, device), 4 if device.type == "cpu" else 16, 2, True)
 
 
 def test_ssd_triton_ops_pass_opcheck(device):
@@ -145,9 +153,11 @@ def test_ssd_triton_ops_pass_opcheck(device):
     torch.library.opcheck(torch.ops.seqssm.ssd_triton.default, args)
     with torch.no_grad():
         y, last, states = torch.ops.seqssm.ssd_triton(*args)
+    assert states.shape[1] == -(-11 // (args[8] * args[9]))  # one state per 2 chunks
     x, dt, A, B, C, D, _, resets = (t.detach() for t in args[:8])
     torch.library.opcheck(torch.ops.seqssm.ssd_triton_backward.default,
-                          (torch.randn_like(y), torch.randn_like(last), x, dt, A, B, C, D, resets, states, 4, True))
+                          (torch.randn_like(y), torch.randn_like(last), x, dt, A, B, C, D, resets, states,
+                           *args[8:10], True))
 
 
 def test_ssd_triton_traces_into_one_graph(device):
