@@ -14,7 +14,7 @@ from seqssm.study.reproduce.claim import RECIPES
 from seqssm.study.reproduce.lra_claims import BidirectionalClaim, ListOpsClaim, RopeClaim
 from seqssm.study.reproduce.rl_claims import RLClaim, corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
-from seqssm.study.reproduce.stats import seeds_for_power
+from seqssm.study.reproduce.stats import power, seeds_for_power
 
 
 def needs_rl_extra(name=None):
@@ -43,8 +43,10 @@ def keep_torch_threads():
 @pytest.mark.parametrize("name", sorted(CLAIMS))
 def test_every_run_of_every_claim_is_a_valid_config(name, scale, monkeypatch, tmp_path):
     needs_rl_extra(name)
-    runs = runs_of(name, smoke=scale == "smoke", scale="full" if scale == "full" else "mini")
-    assert {r.arm for r in runs} >= set(CLAIMS[name].arms) - {"pre"}
+    settings = Settings(out=Path("/nonexistent"), smoke=scale == "smoke", scale="full" if scale == "full" else "mini")
+    claim = CLAIMS[name](settings)
+    runs = claim.runs()
+    assert {r.arm for r in runs} >= set(claim.arms) - {"pre"}
     assert len({r.key for r in runs}) == len(runs)
     first_per_arm = {}
     for run in runs:
@@ -95,15 +97,16 @@ def test_budget_scales_the_training_steps():
     half = {r.key: r.units for r in budget_runs("repeat-previous", 0.5)}
     assert half["s5/seed0"] == pytest.approx(full["s5/seed0"] / 2, rel=0.01) and half["s5/seed0"] % (16 * 128) == 0
     rope = {r.key: r for r in budget_runs("rope", 2.0)}["mamba-s6/seed2"]
-    assert rope.units == 192 and rope.config["trainer"]["val_check_interval"] == 24
+    assert rope.units == 190 and rope.config["trainer"]["val_check_interval"] == 19  # 10 validations
     assert rope.config["seed_everything"] == 2
 
 
 @pytest.mark.parametrize("name", sorted(CLAIMS))
-def test_every_claim_declares_two_budgets_seeds_with_power_and_a_full_scale_plan(name):
+def test_every_claim_declares_its_seeds_with_power_its_budget_and_a_full_scale_plan(name):
     """claim.yaml's seeds are the fewest (at least 3) that give the primary comparison 80% power at the declared
-    effect and spread, or fewer with the count that would and the reason stated; the two budgets are the folders the
-    runner fills; --scale full runs the full-scale plan."""
+    effect and spread, or fewer with the count that would and the reason stated; a claim declared for its primary
+    pair runs that pair (and its ceiling arm) at one budget with a check and a "learned" precondition; --scale full
+    runs the full-scale plan, secondary comparisons included."""
     claim = CLAIMS[name](Settings(out=Path("/out")))
     d = claim.declaration
     primary = d.primary
@@ -113,14 +116,61 @@ def test_every_claim_declares_two_budgets_seeds_with_power_and_a_full_scale_plan
         assert d.power() < 0.8 and f"80% power needs {needed} seeds" in " ".join(d.seeds_why.split())
     else:
         assert d.seeds == needed and d.power() >= 0.8
-    assert [f for f, _ in claim.budgets()] == [1.0, 2.0] and d.budgets_why
-    assert [p.name for _, p in claim.budgets()] == ["budget-1x", "budget-2x"]
+    if d.check is None:  # two run budgets
+        assert [f for f, _ in claim.budgets()] == [1.0, 2.0] and d.budgets_why
+        assert [p.name for _, p in claim.budgets()] == ["budget-1x", "budget-2x"]
+    else:
+        assert [p.name for _, p in claim.budgets()] == ["budget-1x"] and 0 < d.check < 0.8 and d.minutes > 0
+        ceiling = {d.learned.ceiling} - {None}
+        assert set(claim.arms) == {primary.a, primary.b} | ceiling and d.learned.why
+        assert all({c.a, c.b} <= set(claim.arms) and c.role != "secondary" for c in d.comparisons)
     full = CLAIMS[name](Settings(out=Path("/out"), scale="full"))
     assert [p.name for _, p in full.budgets()] == ["full"] and len(full.seeds()) == d.full["seeds"]
+    assert full.arms == CLAIMS[name].arms and set(d.comparisons) <= set(full.comparisons)
     mini_config = {r.key: r.config for r in claim.runs()}
     assert all(r.config != mini_config.get(r.key) for r in full.runs() if r.kind != "surgery")
     assert sum(c.role == "primary" for c in d.comparisons) == 1
     assert all(c.why for c in d.comparisons if c.role == "sanity")
+
+
+# per re-declared claim: seeds, smallest effect, sd (the last run's), the primary comparison's power, minutes on 2 cores
+PLAN = {"repeat-previous": (3, 0.5, 0.034, 1.00, 9), "memory-corridor": (8, 2.0, 1.46, 0.83, 82),
+        "best-arm": (3, 0.1, 0.0316, 0.93, 2), "memory-length": (5, 0.333, 0.1925, 0.80, 33),
+        "rope": (24, 0.0, 0.027, 0.81, 12), "bidirectional": (6, 0.02, 0.0122, 0.84, 26)}
+DECLARED_RUN = ("repeat-previous", "memory-corridor", "best-arm", "memory-length", "bidirectional")
+
+
+@pytest.mark.parametrize("name", sorted(PLAN))
+def test_the_declared_plan_numbers_follow_from_the_effect_and_the_spread(name):
+    """Each re-declared claim's seeds are the fewest reaching 80% power at its declared effect and sd, with the power
+    the plan in docs/reproduction.md states."""
+    d = CLAIMS[name](Settings(out=Path("/out"))).declaration
+    n, effect, sd, planned, minutes = PLAN[name]
+    p = d.primary
+    assert (d.seeds, d.effect, d.sd, d.minutes) == (n, effect, sd, minutes)
+    assert d.power() == pytest.approx(power(p.relation, effect, sd, n, p.margin)) and round(d.power(), 2) == planned
+    assert d.power() >= 0.8 and (n == 3 or power(p.relation, effect, sd, n - 1, p.margin) < 0.8)
+
+
+def test_the_declared_run_decides_its_claims_on_two_cores_in_under_three_hours():
+    assert {"bidirectional", "memory-length", "memory-corridor"} <= set(DECLARED_RUN)
+    assert sum(CLAIMS[name](Settings(out=Path("/out"))).declaration.minutes for name in DECLARED_RUN) < 180
+
+
+def test_docs_state_the_declared_plan_as_claim_yaml_computes_it():
+    """docs/reproduction.md's declaration table: per claim the pair, effect, sd, seeds, power, budget, check and
+    minutes, as the claim.yaml gives them."""
+    lines = (Path(__file__).parents[2] / "docs" / "reproduction.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| claim | pair (primary) | smallest effect"))
+    table = lines[start + 2:lines.index("", start)]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table}
+    assert set(rows) == set(PLAN)
+    for name in PLAN:
+        d = CLAIMS[name](Settings(out=Path("/out"))).declaration
+        pair, effect, sd, seeds, planned, _budget, check, minutes = rows[name][:8]
+        assert pair == f"{d.primary.a} vs {d.primary.b}"
+        assert (float(effect), float(sd), int(seeds), int(minutes)) == (d.effect, d.sd, d.seeds, d.minutes)
+        assert planned == f"{d.power():.2f}" and check == f"{d.check:g}"
 
 
 def parameters(module):
@@ -149,6 +199,7 @@ def test_bidirectional_widths_are_parameter_matched(name, arms, vocab, classes):
 
     runs = {r.key.split("/")[0]: r.config for r in runs_of(name) if r.seed == 0}
     causal, bi = (runs[a]["model"]["init_args"]["model_overrides"] for a in arms)
+
     assert bi["d_model"] == matched_bidirectional_width(causal["d_model"], vocab_size=vocab, n_classes=classes,
                                                         n_layers=causal["n_layers"])
     if name == "species-pretraining":
@@ -156,8 +207,10 @@ def test_bidirectional_widths_are_parameter_matched(name, arms, vocab, classes):
                   ("pretrain-ntp", "pretrain-ntp-f1", "pretrain-mlm-bi", "ntp", "mlm-bi", "f1")}
         assert widths == {"pretrain-ntp": 32, "pretrain-ntp-f1": bi["d_model"], "pretrain-mlm-bi": bi["d_model"],
                           "ntp": 32, "mlm-bi": bi["d_model"], "f1": bi["d_model"]}
-    else:
-        assert runs["mamba-s6-placebo"]["model"]["init_args"]["model_overrides"]["d_model"] == bi["d_model"]
+    else:  # the placebo (a full-scale arm) has the bidirectional width
+        full = {r.key.split("/")[0]: r.config["model"]["init_args"]["model_overrides"]["d_model"]
+                for r in runs_of(name, scale="full") if r.seed == 0}
+        assert full["mamba-s6-placebo"] == full["mamba-s6-bi"]
 
 
 def test_species_finetuning_arms_start_from_their_pretraining():

@@ -28,7 +28,7 @@ def reproduce(claim, out, capsys):
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("claim, arms", [("rope", 4), ("repeat-previous", 3)])
+@pytest.mark.parametrize("claim, arms", [("rope", 2), ("repeat-previous", 2)])  # the primary pairs
 def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, capsys):
     log = reproduce(claim, tmp_path, capsys)
     folder = tmp_path / claim
@@ -37,11 +37,14 @@ def test_a_claim_runs_reports_and_skips_what_is_done(claim, arms, tmp_path, caps
     assert summary["verdict"] in ("agrees", "disagrees", "inconclusive", "precondition failed")
     assert not part["failed"] and part["folder"] == str(folder / "smoke")
     assert len(part["runs"]) == 2 * arms and all(len(v) == 2 for v in part["wall_s"].values())
+    check = summary["budgets"][1]  # the same runs, read at half their training
+    assert check["at"] == 0.5 and check["runs"] == part["runs"] and summary["verdicts"][1] == check["verdict"]
     report = (folder / "report.md").read_text()
     assert f"**Verdict: {summary['verdict']}**" in report and "Paper:" in report and "95% CI [" in report
     assert "Every seed:" in report and "power" in report and f"seqssm reproduce {claim} --scale full" in report
     assert all((folder / name).stat().st_size > 0 for name in report.split("](")[1:] for name in [name.split(")")[0]])
-    assert f"{claim}: {summary['verdict']} -> {folder / 'report.md'}" in log
+    assert f"{claim}: {summary['qualified']} -> {folder / 'report.md'}" in log
+    assert summary["qualified"].startswith(summary["verdict"])
 
     log = reproduce(claim, tmp_path, capsys)
     assert f"{2 * arms} of {2 * arms} runs finished before: skipped" in log

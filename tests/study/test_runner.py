@@ -13,7 +13,8 @@ pytest.importorskip("matplotlib", reason="needs the plot extra: pip install 'seq
 
 
 class FakeClaim(Claim):
-    """Arms a (scores 1.0, 1.2, 1.4 by seed) and b (0.0, 0.1, 0.2), a 'pre' stage b's runs need."""
+    """Arms a (scores 1.0, 1.2, 1.4 by seed) and b (0.0, 0.1, 0.2), a 'pre' stage b's runs need; read at a fraction
+    `at` of training, a's scores are `at` times theirs and b's `early` times (1 - at) higher."""
 
     name = "fake"
     title = "a fake claim"
@@ -24,6 +25,7 @@ class FakeClaim(Claim):
     paper_values = {"a": {"score": "0.9"}}
     level = {"a": 1.0, "b": 0.0, "pre": 0.0}
     precondition = True
+    early = 0.0
 
     def runs(self):
         runs = []
@@ -35,11 +37,14 @@ class FakeClaim(Claim):
                 runs.append(Run(f"{arm}/seed{seed}", arm, seed, "fake", {"value": value}, 10, needs))
         return runs
 
-    def measure(self, records):
+    def measure(self, records, at=1.0):
         m = Measurements()
         for key, record in sorted(records.items()):
-            if record["arm"] != "pre":
-                m.add(record["arm"], "score", record["result"]["score"])
+            score = record["result"]["score"]
+            if record["arm"] == "a":
+                m.add("a", "score", score * at)
+            elif record["arm"] == "b":
+                m.add("b", "score", score + self.early * (1 - at))
         m.notes.append("a note")
         m.preconditions.append(("the fake task is learned", self.precondition))
         return m
@@ -179,7 +184,8 @@ def test_the_index_report_links_every_claim(tmp_path, calls):
     claim, _ = run(tmp_path)
     summaries = runner.run_all([claim], log=lambda line: None, bars=False)
     index = (tmp_path / "report.md").read_text()
-    assert "| [fake](fake/report.md) | nobody, 1.1 | agrees | agrees | 0 / 1 / 0 |" in index
+    assert ("| [fake](fake/report.md) | nobody, 1.1 | agrees, at 100% of the full-scale plan's steps | agrees (2x) | "
+            "0 / 1 / 0 |") in index
     assert "![fake](fake/fake.png)" in index and summaries[0]["claim"] == "fake"
 
 

@@ -3,9 +3,11 @@ decide its verdict, with the paper's own numbers beside them.
 
 A claim module builds `Run`s from its recipes (the packaged recipes' reproduce/<claim>/) and turns the finished
 runs' results into `Measurements` (per arm and metric: one value per seed, and the preconditions its stand-in must
-meet). What is compared, how (`stats.RELATIONS`), which comparison is primary, the seeds with the power behind them,
-the two budgets and the full-scale settings are declared before any run in the claim's claim.yaml (`Declaration`);
-the shared runner (`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
+meet), at the end of training or, read from the same runs' curves, at a fraction of it. What is compared, how
+(`stats.RELATIONS`), which comparison is primary, the arms the miniature runs, the seeds with the power behind them,
+the budget with the fraction at which the verdict is checked again, the "learned" precondition and the full-scale
+plan (with the secondary comparisons) are declared before any run in the claim's claim.yaml (`Declaration`); the
+shared runner (`seqssm.study.reproduce.runner`) trains, skips what is done and writes the report.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SMOKE_RECIPE, FULL_RECIPE = "smoke.yaml", "full.yaml"
 DECLARATION = "claim.yaml"
 SCALES = ("mini", "full")
 ROLES = ("primary", "secondary", "sanity", "speed")
+LAST_FIFTH = 0.8  # the "learned" precondition's plateau: the metric at the end against its value at 4/5 of the budget
 
 @dataclass(frozen=True)
 class Settings:
@@ -99,7 +102,8 @@ class Comparison:
     """The claim that arm `a` stands to arm `b` as `relation` on `metric` (see `stats`), what the paper reports for
     it and its role: the claim's one "primary" comparison decides the verdict; "secondary" ones are tested with
     Holm's correction; "sanity" ones hold by construction (`why`) and are shown, not counted; "speed" ones report
-    a time ratio with its interval (a = the fast arm) and count only where the source states a ratio (`margin`)."""
+    a time ratio with its interval (a = the fast arm) and are judged only against a bound the source states
+    (`margin`) on hardware comparable to this run's (`hardware`: which)."""
 
     metric: str
     a: str
@@ -109,6 +113,7 @@ class Comparison:
     margin: float = 0.0
     role: str = "secondary"
     why: str = ""
+    hardware: str = ""
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -117,6 +122,11 @@ class Comparison:
             raise ValueError(f"a speed comparison is a time ratio: relation faster, not {self.relation!r}")
         if self.role == "speed" and not self.margin:
             object.__setattr__(self, "margin", 1.0)  # no ratio stated: the ratio is reported, not judged
+        if self.role == "speed" and self.margin > 1 and not self.hardware:
+            # a ratio measured on other hardware (JAX on a GPU) says nothing about one CPU thread
+            raise ValueError(f"speed comparison {self.a} vs {self.b} is judged against {self.margin:g}x only if the "
+                             f"source states that bound on hardware comparable to this run's: name it (hardware:) "
+                             f"or drop the margin to report the ratio")
         check_margin(self.relation, self.margin)
         if self.role == "sanity" and not self.why:
             raise ValueError(f"sanity comparison {self.a} vs {self.b} must say why it holds by construction")
@@ -128,10 +138,56 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Learned:
+    """The "learned" precondition: the better arm of the primary pair reaches `level` on the primary metric (seed
+    mean, higher is better) and rose by less than `plateau` over the last fifth of its budget; or, where the claim
+    has a ceiling arm (`ceiling`, e.g. an oracle), that arm leads both arms of the pair."""
+
+    why: str
+    level: float | None = None
+    plateau: float | None = None
+    ceiling: str | None = None
+
+    def __post_init__(self):
+        if (self.ceiling is None) == (self.level is None or self.plateau is None):
+            raise ValueError("learned: declare either level and plateau, or a ceiling arm")
+        if self.plateau is not None and not self.plateau > 0:
+            raise ValueError(f"learned.plateau must be > 0, got {self.plateau}")
+
+
+def learned_precondition(learned: Learned, primary: Comparison, end: dict[str, dict[str, list[float]]],
+                         fifth: dict[str, dict[str, list[float]]] | None) -> tuple[str, bool]:
+    """(what the "learned" precondition asks, whether it holds) from the seed values at the end of the budget (`end`)
+    and at its last fifth's start (`fifth`; unused with a ceiling arm)."""
+    def mean_of(values, arm):
+        seeds = values.get(arm, {}).get(primary.metric, [])
+        return sum(seeds) / len(seeds) if seeds else None
+
+    pair = {arm: mean_of(end, arm) for arm in (primary.a, primary.b)}
+    if None in pair.values():
+        return f"learned: no values of {primary.metric} for both arms of the pair", False
+    if learned.ceiling is not None:
+        top = mean_of(end, learned.ceiling)
+        holds = top is not None and top > max(pair.values())
+        shown = "no values" if top is None else f"{top:.3g}"
+        return (f"learned: the ceiling arm ({learned.ceiling}, {shown}) leads both arms of the pair "
+                f"({', '.join(f'{a} {v:.3g}' for a, v in pair.items())}) on {primary.metric}", holds)
+    better = max(pair, key=pair.get)
+    before = None if fifth is None else mean_of(fifth, better)
+    rise = math.nan if before is None else pair[better] - before
+    holds = pair[better] >= learned.level and rise < learned.plateau
+    return (f"learned: the better arm ({better}) reaches {pair[better]:.3g} on {primary.metric} (level "
+            f"{learned.level:g}) and rose by {rise:+.3g} over the last fifth of its budget (less than "
+            f"{learned.plateau:g}: stopped improving)", holds)
+
+
+@dataclass(frozen=True)
 class Declaration:
-    """A claim's claim.yaml: the source's metric and baseline (`metric`, words), its comparisons, the seeds with the
-    planning numbers behind them (the primary comparison's seed-to-seed sd measured earlier and the effect the
-    source reports), the two budgets (factors on the recipes' steps) with the reason, and the full-scale plan."""
+    """A claim's claim.yaml: the source's metric and baseline (`metric`, words), the arms the miniature runs and its
+    comparisons, the seeds with the planning numbers behind them (the smallest effect that matters in the miniature
+    and the seed-to-seed sd measured before), the budget: either one run budget (`factors`, one factor) with the
+    fraction of it at which the same runs' curves check the verdict (`check`), or two run budgets (`factors`); the
+    expected minutes on two cores, the "learned" precondition, and the full-scale plan with its own comparisons."""
 
     metric: str
     comparisons: tuple[Comparison, ...]
@@ -139,32 +195,57 @@ class Declaration:
     sd: float
     effect: float
     seeds_why: str
-    budgets: tuple[float, float]
+    budgets: tuple[float, ...]
     budgets_why: str
     full: dict[str, Any]
+    arms: tuple[str, ...] = ()
+    check: float | None = None
+    minutes: float | None = None
+    learned: Learned | None = None
 
     @classmethod
-    def load(cls, path: Path, arms: tuple[str, ...], metrics: tuple[str, ...]) -> Declaration:
-        """Read and check a claim.yaml against the claim's arms and metrics."""
+    def load(cls, path: Path, arms: tuple[str, ...], metrics: tuple[str, ...], scale: str = "mini") -> Declaration:
+        """Read and check a claim.yaml against the claim's arms and metrics; at `scale` "full" the comparisons include
+        the full-scale plan's and every arm runs."""
         if not path.is_file():
             raise ReproduceError(f"{path} not found: every claim declares its comparisons there before running")
         raw = read_recipe(path)
         try:
-            comparisons = tuple(Comparison(**c) for c in raw["comparisons"])
-            seeds, budgets, full = raw["seeds"], raw["budgets"], raw["full_scale"]
+            seeds, budgets, full = raw["seeds"], raw["budgets"], dict(raw["full_scale"])
+            extra = full.get("comparisons", []) if scale == "full" else []
+            comparisons = tuple(Comparison(**c) for c in [*raw["comparisons"], *extra])
+            learned = Learned(**raw["learned"]) if "learned" in raw else None
+            run = tuple(raw.get("arms") or arms) if scale == "mini" else arms
             declaration = cls(raw["metric"], comparisons, int(seeds["n"]), float(seeds["sd"]), float(seeds["effect"]),
-                              seeds["why"], tuple(float(b) for b in budgets["factors"]), budgets["why"], dict(full))
+                              seeds["why"], tuple(float(b) for b in budgets["factors"]), budgets["why"], full,
+                              tuple(a for a in arms if a in run), budgets.get("check"), budgets.get("minutes"),
+                              learned)
         except (KeyError, TypeError, ValueError) as e:
             raise ReproduceError(f"{path}: {e}") from None
         primaries = [c for c in comparisons if c.role == "primary"]
-        unknown = sorted({x for c in comparisons for x in (c.a, c.b)} - set(arms))
+        named = {x for c in comparisons for x in (c.a, c.b)} | ({learned.ceiling} - {None} if learned else set())
+        unknown = sorted(named - set(declaration.arms) | set(raw.get("arms") or ()) - set(arms))
         unmeasured = sorted({c.metric for c in comparisons} - set(metrics))
         if len(primaries) != 1 or unknown or unmeasured:
             raise ReproduceError(f"{path}: needs exactly one primary comparison (has {len(primaries)}) over the "
-                                 f"claim's arms and metrics (unknown arms {unknown}, metrics {unmeasured})")
-        if len(declaration.budgets) != 2 or not 0 < declaration.budgets[0] < declaration.budgets[1]:
-            raise ReproduceError(f"{path}: budgets.factors must be two increasing factors, got {budgets['factors']}")
+                                 f"arms it runs and the claim's metrics (unknown or not run: arms {unknown}, "
+                                 f"metrics {unmeasured})")
+        b = declaration.budgets
+        if declaration.check is not None:
+            if len(b) != 1 or not b[0] > 0 or not 0 < declaration.check < LAST_FIFTH:
+                raise ReproduceError(f"{path}: with a check, budgets.factors is one factor > 0 and budgets.check a "
+                                     f"fraction of it below {LAST_FIFTH}, got {budgets['factors']} and "
+                                     f"{declaration.check}")
+        elif len(b) != 2 or not 0 < b[0] < b[1]:
+            raise ReproduceError(f"{path}: budgets.factors must be two increasing factors (or one with a check), "
+                                 f"got {budgets['factors']}")
         return declaration
+
+    def budget_text(self) -> str:
+        """The budget in words, e.g. "budget 1x, checked at 0.5 of it" or "budgets 1x and 2x"."""
+        if self.check is None:
+            return f"budgets {self.budgets[0]:g}x and {self.budgets[1]:g}x"
+        return f"budget {self.budgets[0]:g}x, checked at {self.check:g} of it"
 
     @property
     def primary(self) -> Comparison:
@@ -172,14 +253,14 @@ class Declaration:
         return next(c for c in self.comparisons if c.role == "primary")
 
     def power(self, n: int | None = None, sd: float | None = None) -> float:
-        """The primary comparison's power at the source's effect with n seeds (default: the declared ones) and
+        """The primary comparison's power at the declared effect with n seeds (default: the declared ones) and
         seed-to-seed sd `sd` (default: the declared one)."""
         p = self.primary
         return power(p.relation, self.effect, self.sd if sd is None else sd, n or self.seeds, p.margin)
 
     def seeds_needed(self) -> int | None:
-        """The fewest seeds (at least 3) that give the primary comparison 80% power at the source's effect and the
-        declared sd; None if no count up to 64 does."""
+        """The fewest seeds (at least 3) that give the primary comparison 80% power at the declared effect and sd;
+        None if no count up to 64 does."""
         p = self.primary
         n = seeds_for_power(p.relation, self.effect, self.sd, p.margin)
         return None if n is None else max(3, n)
@@ -211,7 +292,7 @@ class Claim:
     title: str = ""
     source: str = ""  # the paper and section, as a reader finds it
     claim: str = ""  # what the paper says, with its numbers
-    arms: tuple[str, ...] = ()  # in table order
+    arms: tuple[str, ...] = ()  # every arm, in table order; an instance has those its settings run (claim.yaml)
     metrics: tuple[Metric, ...] = ()
     paper_values: dict[str, dict[str, str]] = {}  # arm -> metric -> the paper's number, as text
     # the full-scale data's shape, for the claims of `seqssm fit` runs whose step time on a GPU
@@ -223,12 +304,13 @@ class Claim:
         self.root = settings.out / self.name
         self.recipe_dir = settings.recipes / self.name
         self.declaration = Declaration.load(self.recipe_dir / DECLARATION, self.arms,
-                                            tuple(m.name for m in self.metrics))
+                                            tuple(m.name for m in self.metrics), settings.scale)
         self.comparisons = self.declaration.comparisons
+        self.arms = self.declaration.arms  # the arms these settings run (the miniature: the primary pair's)
         self.factor, self.folder = self.budgets()[0]
 
     def budgets(self) -> list[tuple[float, Path]]:
-        """(factor on the recipes' steps, runs folder) per budget run: the two declared budgets; one at smoke size
+        """(factor on the recipes' steps, runs folder) per budget run: the declared one (or two); one at smoke size
         (not scaled) and at full scale (the source's steps, in full.yaml)."""
         if self.settings.smoke:
             return [(1.0, self.root / "smoke")]
@@ -296,8 +378,9 @@ class Claim:
         """Every run of the claim at these settings."""
         raise NotImplementedError
 
-    def measure(self, results: dict[str, dict]) -> Measurements:
-        """Measurements from the finished runs' results (by run key)."""
+    def measure(self, results: dict[str, dict], at: float = 1.0) -> Measurements:
+        """Measurements from the finished runs' results (by run key), as they stood at fraction `at` of training
+        (read from the runs' curves; 1: at the end)."""
         raise NotImplementedError
 
     def plot(self, measurements: Measurements, folder: Path) -> list[Path]:

@@ -45,8 +45,7 @@ def main(argv: list[str]) -> list[dict]:
             d = claim.declaration
             hours, _ = full_scale_estimate(claim)
             print(f"{name:20s} {cls.title} ({cls.source})\n{'':20s} {d.seeds} seeds (power {d.power():.2f} at the "
-                  f"source's effect), budgets {d.budgets[0]:g}x and {d.budgets[1]:g}x; --scale full: about "
-                  f"{hours:.1f} h on one H100")
+                  f"declared effect), {d.budget_text()}; --scale full: about {hours:.1f} h on one H100")
         return []
     require_matplotlib()
     settings = Settings(out=ns.out, seeds=ns.seeds, budget=ns.budget, smoke=ns.smoke, jobs=ns.jobs,

@@ -1,20 +1,23 @@
-"""A claim's report: results.json, report.md and the claim's figures. For each of the claim's two budgets: the table of
-mean ± standard error over seeds with the wall time per arm and the paper's numbers beside ours, every seed's value,
+"""A claim's report: results.json, report.md and the claim's figures. For its budget and for the check (the same runs
+read at a fraction of it, or a second run budget): the table of mean ± standard error over seeds with the wall time
+per arm and the paper's numbers beside ours, every seed's value, the preconditions (the stand-in's and "learned"),
 and one line per declared comparison (its role, the difference with its 95% interval, the p-value, the verdict);
-above them the source's metric and baseline, the preconditions of the stand-in, the seeds with their power and the
-full-scale plan with its estimated H100 time."""
+above them the source's metric and baseline, the seeds with their power and the full-scale plan with its estimated
+H100 time. results.json also records the commit, the machine and its load."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import dataclass
+import platform
+import subprocess
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seqssm.errors import MissingExtraError
 
-from .claim import Claim, Comparison, Measurements, Run
+from .claim import LAST_FIFTH, Claim, Comparison, Measurements, Run, learned_precondition
 from .stats import ALPHA, holm, judge, mean, standard_error, welch_test
 
 REPORT, RESULTS = "report.md", "results.json"
@@ -22,12 +25,12 @@ REPORT, RESULTS = "report.md", "results.json"
 
 @dataclass(frozen=True)
 class Timing:
-    """How long the call that ran a claim's runs took (wall seconds, load average at its start and end) and how many
-    of the `total` runs had finished before it (`reused`); `earlier`: these are an earlier call's numbers, read back
-    because this call ran nothing."""
+    """How long the call that ran a claim's runs took (wall seconds, the 1-, 5- and 15-minute load averages at its
+    start and end) and how many of the `total` runs had finished before it (`reused`); `earlier`: these are an
+    earlier call's numbers, read back because this call ran nothing."""
     elapsed_s: float
-    load_start: float
-    load_end: float
+    load_start: tuple[float, ...]
+    load_end: tuple[float, ...]
     reused: int
     total: int
     earlier: bool = False
@@ -43,7 +46,7 @@ class Timing:
             if ran != {key: record["wall_s"] for key, record in records.items()}:
                 return self
             settings = previous["settings"]
-            return Timing(previous["elapsed_s"], settings["load_start"], settings["load_end"],
+            return Timing(previous["elapsed_s"], tuple(settings["load_start"]), tuple(settings["load_end"]),
                           previous.get("reused_runs", 0), self.total, earlier=True)
         except (OSError, ValueError, KeyError, TypeError):
             return self
@@ -77,13 +80,41 @@ H100_OVER_CPU_THREAD = 250
 
 @dataclass
 class Part:
-    """One budget's runs of a claim: the claim at that budget, its runs, their records, failures and timing."""
+    """One budget's runs of a claim: the claim at that budget, its runs, their records, failures and timing, read at
+    fraction `at` of their training (1: the end; less: the check of a declared budget, from the same runs)."""
 
     claim: Claim
     runs: list[Run]
     records: dict[str, dict]
     errors: dict[str, str]
     timing: Timing
+    at: float = 1.0
+
+
+def provenance() -> dict:
+    """The commit the package runs from (git rev-parse HEAD; "unknown" outside a checkout), whether its tracked files
+    differ from it, and the machine: CPU model and cores."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    cpu = platform.processor() or platform.machine() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass  # not Linux: platform's name stands
+    return {"commit": commit or "unknown", "changed_files": None if status is None else bool(status),
+            "machine": {"cpu": cpu, "cores": os.cpu_count()}}
 
 
 def fmt(values: list[float], spec: str) -> str:
@@ -169,17 +200,27 @@ def verdict_line(c: dict, claim: Claim) -> str:
 
 
 def overall(comparisons: list[dict], preconditions: list[tuple[str, bool]]) -> str:
-    """The claim's verdict: "precondition failed" if its stand-in lacks a property the claim needs, else the
-    primary comparison's verdict."""
+    """The claim's verdict: "precondition failed" if its stand-in lacks a property the claim needs or its arms have
+    not learned, else the primary comparison's verdict."""
     if not all(holds for _, holds in preconditions):
         return "precondition failed"
     return next(c["verdict"] for c in comparisons if c["role"] == "primary")
 
 
-def counts(comparisons: list[dict]) -> dict[str, int]:
-    """How many counted comparisons besides the primary one agree / disagree / are inconclusive."""
-    return {v: sum(c["counted"] and c["role"] != "primary" and c["verdict"] == v for c in comparisons)
+def counts(comparisons: list[dict], verdict: str) -> dict[str, int]:
+    """How many counted comparisons besides the primary one agree / disagree / are inconclusive; none after a failed
+    precondition, where no comparison means anything."""
+    return {v: 0 if verdict == "precondition failed" else
+            sum(c["counted"] and c["role"] != "primary" and c["verdict"] == v for c in comparisons)
             for v in ("agrees", "disagrees", "inconclusive")}
+
+
+OPPOSITE = {"agrees": "disagrees", "disagrees": "agrees"}
+
+
+def stable(verdict: str, check: str) -> str:
+    """The claim's verdict given the verdict at its check: "unstable" where the check says the opposite."""
+    return "unstable" if OPPOSITE.get(verdict) == check else verdict
 
 
 def wall_times(runs: list[Run], records: dict[str, dict]) -> dict[str, list[float]]:
@@ -259,12 +300,17 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
     needed = d.seeds_needed()
     short = "" if needed == d.seeds else (f" **80% power needs {needed} seeds**;" if needed else
                                            " **no count up to 64 seeds reaches 80% power**;")
+    if d.check is None:
+        budgets = f"Budgets, fixed before running: {d.budgets[0]:g}x and {d.budgets[1]:g}x the recipes' steps"
+    else:
+        budgets = (f"Budget, fixed before running: {d.budgets[0]:g}x the recipes' steps, with the verdict checked at "
+                   f"{d.check:g} of it in the same runs' curves")
     return [f"Source's metric and baseline: {d.metric}", "",
             f"Seeds: {n} per arm. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
-            f"source's effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} seeds "
+            f"declared effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} seeds "
             f"run, {d.power(n):.2f}{at_measured}.", "",
-            f"Budgets, fixed before running: {d.budgets[0]:g}x and {d.budgets[1]:g}x the recipes' steps"
-            f"{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budgets)'}: {d.budgets_why}",
+            f"{budgets}{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budget)'}: "
+            f"{d.budgets_why}",
             "", f"Full scale: `seqssm reproduce {claim.name} --scale full` ({full['settings']}; {count} runs, "
             f"{full['seeds']} seeds): about {hours:.1f} h on one H100, estimated from "
             f"{float(full['s_per_unit_here']):.3g} s per {full['unit']} measured here, a FLOP ratio of "
@@ -279,9 +325,11 @@ def part_lines(part: Part, summary: dict, m: Measurements, walls: dict, label: s
     claim, s = part.claim, summary["settings"]
     budget = "smoke sizes (smoke.yaml)" if s["smoke"] else ("the source's settings (full.yaml)" if s["scale"] == "full"
                                                             else f"{claim.factor:g} x the recipes' steps")
+    if part.at < 1:
+        budget += f", read at {part.at:g} of their training from the same runs' curves"
     lines = [f"### {label}", "", f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), "
              f"{s['jobs']} runs side by side; {part.timing.phrase()} on {s['cpus']} CPUs, load average "
-             f"{s['load_start']:.1f} at the start and {s['load_end']:.1f} at the end.", ""]
+             f"{s['load_start'][0]:.1f} at the start and {s['load_end'][0]:.1f} at the end.", ""]
     lines += ["Mean ± standard error over seeds:", "", *table(claim, m, walls), "", "Every seed:", "",
               *seed_table(claim, m), ""]
     lines += [f"- {note}" for note in m.notes]
@@ -314,8 +362,9 @@ def budget_summary(part: Part, m: Measurements) -> dict:
     """One budget's results: settings, timing, every seed's values, the comparisons and the verdict."""
     claim, s, timing = part.claim, part.claim.settings, part.timing
     comparisons = compare(claim.comparisons, m.values)
+    verdict = overall(comparisons, m.preconditions)
     return {
-        "factor": claim.factor, "folder": str(part.claim.folder),
+        "factor": claim.factor, "at": part.at, "folder": str(part.claim.folder),
         "settings": {"seeds": len(claim.seeds()), "budget": claim.factor, "smoke": s.smoke, "scale": s.scale,
                      "jobs": s.jobs, "cpus": os.cpu_count(), "load_start": timing.load_start,
                      "load_end": timing.load_end},
@@ -325,37 +374,88 @@ def budget_summary(part: Part, m: Measurements) -> dict:
                  for arm, metrics in m.values.items()},
         "wall_s": wall_times(part.runs, part.records), "notes": m.notes,
         "preconditions": [{"check": text, "holds": holds} for text, holds in m.preconditions],
-        "comparisons": comparisons, "verdict": overall(comparisons, m.preconditions), "counts": counts(comparisons),
+        "comparisons": comparisons, "verdict": verdict, "counts": counts(comparisons, verdict),
         "failed": part.errors,
         "runs": {key: {"arm": r["arm"], "seed": r["seed"], "wall_s": r["wall_s"]} for key, r in part.records.items()},
     }
 
 
+def measured(part: Part) -> Measurements:
+    """The part's measurements, with the "learned" precondition where the claim declares one and the part is read
+    at the end of its budget."""
+    claim, d = part.claim, part.claim.declaration
+    if part.at < 1:
+        return claim.measure(part.records, at=part.at)
+    m = claim.measure(part.records)
+    if d.learned is not None and m.values:
+        fifth = claim.measure(part.records, at=LAST_FIFTH).values if d.learned.ceiling is None else None
+        m.preconditions.append(learned_precondition(d.learned, d.primary, m.values, fifth))
+    return m
+
+
+def steps_share(claim: Claim) -> float | None:
+    """The primary arm's training steps per run at this budget over those of the full-scale plan (full.yaml)."""
+    arm = claim.declaration.primary.a
+    mini = next((r.units for r in claim.runs() if r.arm == arm), None)
+    full = type(claim)(replace(claim.settings, scale="full", smoke=False, seeds=None))
+    large = next((r.units for r in full.runs() if r.arm == arm), None)
+    return mini / large if mini and large else None
+
+
+def qualifier(summary: dict) -> str:
+    """The claim's verdict with what bounds it, for the index: the failed precondition, or the share of the full-scale
+    plan's steps it was reached at and what the check said."""
+    verdict, main = summary["verdict"], summary["budgets"][0]
+    if main["verdict"] == "precondition failed":
+        failed = [p["check"].split(":")[0] for p in main["preconditions"] if not p["holds"]]
+        return f"precondition failed: {'; '.join(failed)} (no comparison counted)"
+    words = [verdict]
+    if verdict == "unstable":
+        words = [f"unstable: {main['verdict']} at the budget, {summary['budgets'][1]['verdict']} at the check"]
+    if summary.get("steps_share") is not None:
+        words.append(f"at {100 * summary['steps_share']:.3g}% of the full-scale plan's steps")
+    return ", ".join(words)
+
+
 def write_report(claim: Claim, parts: list[Part], prepare_notes: list[str]) -> dict:
-    """Measure each budget's finished runs, judge the comparisons, write each budget folder's results.json, the
-    figures (of the first budget) and the claim's results.json and report.md -> the claim's summary."""
+    """Measure each part (the budget, the check), judge the comparisons, write each budget folder's results.json, the
+    figures (of the first part) and the claim's results.json and report.md -> the claim's summary."""
     require_matplotlib()
     budgets, sections, figures = [], [], []
     for i, part in enumerate(parts):
-        m = part.claim.measure(part.records)
+        m = measured(part)
         summary = budget_summary(part, m)
-        (part.claim.folder / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
+        if part.at == 1:
+            (part.claim.folder / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
         if i == 0 and m.values:
             figures = part.claim.plot(m, claim.root)
-        label = ("At the budget" if i == 0 else "At twice the budget") if len(parts) > 1 else "Results"
-        sections += ["", *part_lines(part, summary, m, summary["wall_s"], f"{label} ({part.claim.folder.name})")]
+        if len(parts) == 1:
+            label = "Results"
+        elif i == 0:
+            label = f"At the budget ({part.claim.folder.name})"
+        elif part.at < 1:
+            label = f"The check: the same runs at {part.at:g} of their training"
+        else:
+            label = f"At twice the budget ({part.claim.folder.name})"
+        sections += ["", *part_lines(part, summary, m, summary["wall_s"], label)]
         budgets.append(summary)
     main = budgets[0]
+    verdict = stable(main["verdict"], budgets[1]["verdict"]) if len(budgets) > 1 else main["verdict"]
     summary = {"claim": claim.name, "title": claim.title, "source": claim.source, "paper_claim": claim.claim,
                "metric": claim.declaration.metric, "paper": claim.paper_values, "prepare_notes": prepare_notes,
-               "verdict": main["verdict"], "verdicts": [b["verdict"] for b in budgets], "counts": main["counts"],
-               "elapsed_s": sum(b["elapsed_s"] for b in budgets),
-               "reused_runs": sum(b["reused_runs"] for b in budgets), "budgets": budgets}
+               **provenance(), "verdict": verdict, "verdicts": [b["verdict"] for b in budgets],
+               "counts": main["counts"] if verdict != "unstable" else counts([], "precondition failed"),
+               "steps_share": steps_share(parts[0].claim) if claim.settings.scale == "mini" else None,
+               "elapsed_s": sum(b["elapsed_s"] for b in budgets if b["at"] == 1),
+               "reused_runs": sum(b["reused_runs"] for b in budgets if b["at"] == 1), "budgets": budgets}
+    summary["qualified"] = qualifier(summary)
     lines = [f"## {claim.title}", "", f"Source: {claim.source}.", "", f"Claim: {claim.claim}", "",
              *plan(claim, main["comparisons"])]
     lines += [f"- {note}" for note in prepare_notes]
     if len(budgets) > 1:
-        lines += ["", f"Verdict at the budget: **{budgets[0]['verdict']}**; at twice it: **{budgets[1]['verdict']}**."]
+        second = "at the check" if budgets[1]["at"] < 1 else "at twice it"
+        lines += ["", f"Verdict at the budget: **{budgets[0]['verdict']}**; {second}: **{budgets[1]['verdict']}**. "
+                  f"The claim's verdict: **{summary['qualified']}**."]
     lines += sections + [""] + [f"![{p.stem}]({p.name})" for p in figures]
     (claim.root / RESULTS).write_text(json.dumps(plain(summary), indent=2) + "\n")
     (claim.root / REPORT).write_text("\n".join(lines).rstrip() + "\n")
@@ -368,15 +468,20 @@ def reuse_mark(summary: dict) -> str:
 
 
 def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
-    """<out>/report.md: one line per claim (verdict at its budget and at twice it, the counted comparisons,
-    minutes), then every claim's report with its figure links pointing into the claim's folder."""
+    """<out>/report.md: one line per claim (its verdict with what bounds it, the verdict at its check or second
+    budget, the counted comparisons, minutes), then every claim's report with its figure links pointing into the
+    claim's folder."""
     out = claims[0].settings.out
-    lines = ["# Reproductions", "", "| claim | source | verdict (primary) | at twice the budget | other comparisons: "
+    lines = ["# Reproductions", "", "| claim | source | verdict (primary) | at the check | other comparisons: "
              "agree / disagree / inconclusive | minutes |", "|---|---|---|---|---|---:|"]
     for claim, s in zip(claims, summaries):
-        twice = s["verdicts"][1] if len(s["verdicts"]) > 1 else "–"
+        check = "–"
+        if len(s["budgets"]) > 1:
+            second = s["budgets"][1]
+            at = f"{second['at']:g} of the budget" if second["at"] < 1 else f"{second['factor']:g}x"
+            check = f"{second['verdict']} ({at})"
         c = s["counts"]
-        lines.append(f"| [{claim.name}]({claim.name}/{REPORT}) | {claim.source} | {s['verdict']} | {twice} | "
+        lines.append(f"| [{claim.name}]({claim.name}/{REPORT}) | {claim.source} | {s['qualified']} | {check} | "
                      f"{c['agrees']} / {c['disagrees']} / {c['inconclusive']} | {s['elapsed_s'] / 60:.1f}"
                      f"{reuse_mark(s)} |")
     total = sum(s["elapsed_s"] for s in summaries) / 60

@@ -69,6 +69,27 @@ class RLClaim(Claim):
         return [records[k]["result"] for k in keys if k in records]
 
 
+def upto(result: dict, at: float) -> list[dict]:
+    """The run's curve records (one per iteration) up to fraction `at` of its environment steps."""
+    return [c for c in result["curve"] if c["steps"] <= at * result["steps"]]
+
+
+def mmer_at(result: dict, at: float) -> float | None:
+    """The MMER (best iteration's mean episodic return so far) at fraction `at` of the run's steps."""
+    if at == 1:
+        return result["summary"]["mmer"]
+    seen = [c["mmer"] for c in upto(result, at) if c.get("mmer") is not None]
+    return seen[-1] if seen else None
+
+
+def us_per_step_at(result: dict, at: float) -> float | None:
+    """Training microseconds per environment step over the run's first fraction `at`."""
+    if at == 1:
+        return result["us_per_step"]
+    seen = [c for c in upto(result, at) if c.get("wall_s")]
+    return 1e6 * seen[-1]["wall_s"] / seen[-1]["steps"] if seen else None
+
+
 def return_curves(results: list[dict], key: str = "episodic_return") -> tuple[list[int], list[list[float]]]:
     """(env steps, [per seed: the training curve's `key` per iteration]) of aligned PPO runs (nan where no episode
     ended in an iteration)."""
@@ -93,15 +114,15 @@ class RepeatPrevious(RLClaim):
     metrics = (Metric("mmer", "MMER"), Metric("us_per_step", "µs per env step (training)", ".0f"),
                Metric("final", "mean return, last 10% of iterations"))
 
-    def measure(self, records):
+    def measure(self, records, at=1.0):
         m = Measurements()
         for arm in self.arms:
             results = self.results(records, arm)
             for r in results:
-                m.add(arm, "mmer", r["summary"]["mmer"])
-                m.add(arm, "us_per_step", r["us_per_step"])
-                returns = [c["episodic_return"] for c in r["curve"] if c.get("episodic_return") is not None]
-                m.add(arm, "final", float(np.mean(returns[-max(1, len(returns) // 10):])))
+                m.add(arm, "mmer", mmer_at(r, at))
+                m.add(arm, "us_per_step", us_per_step_at(r, at))
+                returns = [c["episodic_return"] for c in upto(r, at) if c.get("episodic_return") is not None]
+                m.add(arm, "final", float(np.mean(returns[-max(1, len(returns) // 10):])) if returns else None)
             m.curves[arm] = return_curves(results)
         return m
 
@@ -140,17 +161,19 @@ class MemoryCorridor(RLClaim):
     metrics = (Metric("mmer", "best return (training MMER)", ".2f"), Metric("opened", "corridors opened (eval)", ".2f"),
                Metric("us_per_step", "µs per env step", ".0f"))
 
-    def measure(self, records):
+    def measure(self, records, at=1.0):
         m = Measurements()
         length = self.recipe("base.yaml")["env"]["kwargs"]["length"]
         success: dict[str, dict[float, list[float]]] = {}
         for arm in self.arms:
             results = self.results(records, arm)
             for r in results:
+                m.add(arm, "mmer", mmer_at(r, at))
+                m.add(arm, "us_per_step", us_per_step_at(r, at))
+                if at < 1:
+                    continue  # the evaluation episodes are played after training only
                 opened = [corridors_opened(x) for x in r["final"]["eval"]["returns"]]
                 m.add(arm, "opened", float(np.mean(opened)))
-                m.add(arm, "mmer", r["summary"]["mmer"])
-                m.add(arm, "us_per_step", r["us_per_step"])
                 for n in range(1, length + 1):
                     success.setdefault(arm, {}).setdefault(n, []).append(float(np.mean([o >= n for o in opened])))
             m.curves.setdefault("learning", {})[arm] = return_curves(results)
@@ -180,14 +203,17 @@ class BestArm(RLClaim):
                Metric("len_in", "episode length (in dist.)", ".1f"), Metric("len_ood", "episode length (OOD)", ".1f"),
                Metric("win_in", "win rate (in dist.)"), Metric("win_ood", "win rate (OOD)"))
 
-    def measure(self, records):
+    def measure(self, records, at=1.0):
         m = Measurements()
         win_reward = self.recipe("base.yaml")["env"]["kwargs"].get("win_reward", 10.0)
         for arm in self.arms:
             results = self.results(records, arm)
             for r in results:
+                evals = [c["eval"] for c in upto(r, at) if "eval" in c]
+                if at < 1 and not evals:
+                    continue  # no evaluation yet at that point of training
                 for split, name in (("in", "in_dist"), ("ood", "ood")):
-                    final = r["final"][name]
+                    final = r["final"][name] if at == 1 else evals[-1][name]
                     m.add(arm, f"win_{split}", final["win"])
                     m.add(arm, f"len_{split}", final["length_mean"])
                     m.add(arm, f"return_{split}", final["return_mean"] / win_reward)
@@ -228,6 +254,26 @@ class BestArm(RLClaim):
         return out + [plots.save(fig, folder / "best_arm_learning.png")]
 
 
+# bsuite's memory_len analysis (Osband et al. 2020, bsuite): a length is solved when, over the first 10,000 training
+# episodes (all of them if fewer), the regret against perfection is under 0.75 of a random agent's, i.e. fewer
+# than 37.5% of the episodes are imperfect
+BSUITE_EPISODES = 10_000
+BSUITE_IMPERFECT = 0.375
+
+
+def imperfect_share(curve: list[dict]) -> float | None:
+    """The share of imperfect training episodes (return -1 instead of +1) over the first BSUITE_EPISODES episodes of
+    a T-maze run's curve records (per iteration: episodes ended and their mean return); None if none ended."""
+    episodes = imperfect = 0.0
+    for c in curve:
+        n = min(c.get("episodes") or 0, BSUITE_EPISODES - episodes)
+        if n <= 0 or c.get("episodic_return") is None:
+            continue
+        episodes += n
+        imperfect += n * (1 - c["episodic_return"]) / 2  # returns are +1 or -1: the mean gives the share
+    return imperfect / episodes if episodes else None
+
+
 class MemoryLength(RLClaim):
     name = "memory-length"
     title = "Memory length solved by S5 vs GRU (bsuite memory_len T-maze)"
@@ -238,34 +284,43 @@ class MemoryLength(RLClaim):
     arms = ("s5", "gru")
     recipes_of = {"s5": "s5.yaml", "gru": "gru.yaml"}
     sweep = "memory_length"
-    solved_at = 0.9  # greedy return (+1 right, -1 wrong) that counts as solved: 95% of the episodes right
-    metrics = (Metric("solve_rate", "solve rate (share of lengths solved)", ".2f"),
+    metrics = (Metric("solve_rate", "solve rate (share of lengths solved, bsuite's rule)", ".2f"),
                Metric("return_all", "greedy return, mean over lengths"),
                Metric("us_per_step", "µs per env step", ".0f"))
 
-    def measure(self, records):
+    def measure(self, records, at=1.0):
         m = Measurements()
         values = self.sweep_values()
         by_length: dict[str, dict[float, list[float]]] = {}
+        solved: dict[str, dict[float, list[bool]]] = {}
         for arm in self.arms:
             for seed in self.seeds():
                 keys = [f"{arm}/{self.sweep}={v}/seed{seed}" for v in values]
                 if not all(k in records for k in keys):
                     continue  # a seed counts only with every length finished
-                returns = [records[k]["result"]["final"]["eval"]["return_mean"] for k in keys]
+                results = [records[k]["result"] for k in keys]
+                shares = [imperfect_share(upto(r, at)) for r in results]
+                if None in shares:
+                    continue  # no episode ended yet at that point
+                for value, share in zip(values, shares):
+                    solved.setdefault(arm, {}).setdefault(value, []).append(share < BSUITE_IMPERFECT)
+                m.add(arm, "solve_rate", float(np.mean([share < BSUITE_IMPERFECT for share in shares])))
+                m.add(arm, "us_per_step", float(np.mean([us_per_step_at(r, at) for r in results])))
+                if at < 1:
+                    continue  # the greedy episodes are played after training only
+                returns = [r["final"]["eval"]["return_mean"] for r in results]
                 for value, ret in zip(values, returns):
                     by_length.setdefault(arm, {}).setdefault(value, []).append(ret)
-                m.add(arm, "solve_rate", float(np.mean([r >= self.solved_at for r in returns])))
                 m.add(arm, "return_all", float(np.mean(returns)))
-                m.add(arm, "us_per_step", float(np.mean([records[k]["result"]["us_per_step"] for k in keys])))
         m.curves["return"] = by_length
         shortest = values[0]
         rates = {arm: np.mean(v["solve_rate"]) for arm, v in m.values.items() if v.get("solve_rate")}
         if rates:
             best = max(rates, key=rates.get)
-            solved = [r >= self.solved_at for r in by_length[best][shortest]]
+            at_shortest = solved[best][shortest]
             m.preconditions.append((f"one arm reliably solves: the better arm ({best}) solves the shortest length "
-                                    f"({shortest}) in every seed ({sum(solved)} of {len(solved)})", all(solved)))
+                                    f"({shortest}) in every seed ({sum(at_shortest)} of {len(at_shortest)})",
+                                    all(at_shortest)))
         return m
 
     def plot(self, m, folder):
