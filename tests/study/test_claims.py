@@ -298,3 +298,53 @@ def test_species_claim_needs_its_best_arm_above_the_kmer_classifier_and_chance(a
     (text, ok), = [(t, ok) for t, ok in preconditions.items() if t.startswith("the arms learn")]
     assert ok is learned and "mlm-bi" in text and "chance (0.20)" in text
     assert all(ok for t, ok in preconditions.items() if t.startswith("NTP pretraining"))
+
+
+def test_the_ceiling_precondition_asks_the_ceiling_arm_to_lead_both_arms_of_the_pair():
+    from seqssm.study.reproduce.claim import Comparison, Learned, learned_precondition
+
+    primary = Comparison("ret", "kf", "gru", "greater", "p", role="primary")
+    ceiling = Learned("w", ceiling="oracle")
+    values = {"kf": {"ret": [0.33, 0.34]}, "gru": {"ret": [0.38, 0.39]}, "oracle": {"ret": [0.41, 0.42]}}
+    text, holds = learned_precondition(ceiling, primary, values, None)
+    assert holds and text.startswith("learned: the ceiling arm (oracle, 0.415) leads")
+    values["oracle"]["ret"] = [0.03, 0.04]  # the Oracle below the memories: nothing learned yet
+    assert not learned_precondition(ceiling, primary, values, None)[1]
+    assert not learned_precondition(ceiling, primary, {"kf": values["kf"]}, None)[1]  # the pair incomplete
+    for bad in ({}, {"level": 1.0}, {"level": 1.0, "plateau": 0.1, "ceiling": "oracle"},
+                {"level": 1.0, "plateau": 0.0}):
+        with pytest.raises(ValueError):
+            Learned("w", **bad)
+
+
+def test_repeat_previous_reports_the_gpu_speed_ratio_and_judges_nothing_on_it():
+    d = CLAIMS["repeat-previous"](Settings(out=Path("/out"))).declaration
+    speed, = [c for c in d.comparisons if c.role == "speed"]
+    assert speed.margin == 1.0 and not speed.counted and "reported" in speed.paper
+    assert all(not (c.role == "speed" and c.counted) for name in CLAIMS
+               for c in CLAIMS[name](Settings(out=Path("/out"), scale="full")).comparisons)
+
+
+def test_memory_length_counts_solved_lengths_by_bsuites_rule():
+    """A length is solved when fewer than 37.5% of its first 10,000 training episodes are imperfect (returns are +1 or
+    -1, so an iteration's mean return gives its share)."""
+    from seqssm.study.reproduce.rl_claims import imperfect_share
+
+    # 4,000 episodes at chance (half imperfect), then 6,000 right: 2,000 / 10,000 imperfect
+    curve = [{"steps": 1, "episodes": 4000, "episodic_return": 0.0},
+             {"steps": 2, "episodes": 6000, "episodic_return": 1.0},
+             {"steps": 3, "episodes": 5000, "episodic_return": -1.0}]  # past 10,000 episodes: not counted
+    assert imperfect_share(curve) == pytest.approx(0.2)
+    assert imperfect_share(curve[:1]) == pytest.approx(0.5)  # 50% imperfect: not solved
+    assert imperfect_share([{"steps": 1, "episodes": 0, "episodic_return": None}]) is None
+    claim = CLAIMS["memory-length"](Settings(out=Path("/out"), seeds=1))
+    records = {}
+    for arm, late in (("s5", 1.0), ("gru", -1.0)):
+        for length in claim.sweep_values():
+            result = {"steps": 4, "us_per_step": 100.0, "final": {"eval": {"return_mean": late}},
+                      "curve": [{"steps": 2, "episodes": 100, "episodic_return": 1.0, "wall_s": 1.0},
+                                {"steps": 4, "episodes": 300, "episodic_return": late, "wall_s": 2.0}]}
+            records[f"{arm}/memory_length={length}/seed0"] = {"result": result}
+    end, half = claim.measure(records), claim.measure(records, at=0.5)
+    assert end.values["s5"]["solve_rate"] == [1.0] and end.values["gru"]["solve_rate"] == [0.0]  # 75% imperfect
+    assert half.values["gru"]["solve_rate"] == [1.0] and "return_all" not in half.values["gru"]

@@ -213,3 +213,103 @@ def test_fmt_and_overall():
     rows = [{"role": "primary", "verdict": "agrees"}, {"role": "secondary", "verdict": "disagrees"}]
     assert report.overall(rows, [("ok", True)]) == "agrees"  # the primary comparison decides
     assert report.overall(rows, [("ok", True), ("stand-in", False)]) == "precondition failed"
+
+
+CHECKED = DECLARATION.replace('budgets: {factors: [1.0, 2.0], why: "a test"}',
+                              'budgets: {factors: [1.0], check: 0.5, minutes: 1, why: "a test"}\n'
+                              'learned: {level: 1.0, plateau: 0.3, why: "a test"}')
+
+
+def run_checked(tmp_path, declaration=CHECKED, **kw):
+    recipes = tmp_path / "recipes"
+    (recipes / "fake").mkdir(parents=True, exist_ok=True)
+    (recipes / "fake" / "claim.yaml").write_text(declaration)
+    claim = FakeClaim(Settings(out=tmp_path, jobs=1, recipes=recipes, **kw))
+    return claim, runner.run_all([claim], log=lambda line: None, bars=False)[0]
+
+
+def index_row(tmp_path):
+    return next(line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| [fake]"))
+
+
+def test_one_budget_is_run_and_its_check_read_from_the_same_runs(tmp_path, calls):
+    _, summary = run_checked(tmp_path)
+    assert len(calls) == 9  # one run budget
+    main, check = summary["budgets"]
+    assert check["at"] == 0.5 and check["arms"]["a"]["score"]["values"] == pytest.approx([0.5, 0.6, 0.7])
+    # a rose from 0.96 at four fifths to 1.2: 0.24 < 0.3, and 1.2 >= 1.0
+    learned = main["preconditions"][-1]
+    assert learned["holds"] and learned["check"].startswith("learned: the better arm (a) reaches 1.2")
+    assert summary["verdicts"] == ["agrees", "agrees"] and summary["verdict"] == "agrees"
+    assert summary["elapsed_s"] == main["elapsed_s"]  # the check ran nothing
+    md = (tmp_path / "fake" / "report.md").read_text()
+    assert "### The check: the same runs at 0.5 of their training" in md
+    assert "Budget, fixed before running: 1x the recipes' steps, with the verdict checked at 0.5" in md
+    assert index_row(tmp_path).startswith("| [fake](fake/report.md) | nobody, 1.1 | agrees, at 100% of the "
+                                          "full-scale plan's steps | agrees (0.5 of the budget) | 0 / 1 / 0 |")
+
+
+def test_a_check_that_says_the_opposite_makes_the_claim_unstable_and_counts_nothing(tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(FakeClaim, "early", 4.0)  # b far ahead at half the budget
+    _, summary = run_checked(tmp_path)
+    assert summary["verdicts"] == ["agrees", "disagrees"] and summary["verdict"] == "unstable"
+    assert summary["counts"] == {"agrees": 0, "disagrees": 0, "inconclusive": 0}
+    assert "| unstable: agrees at the budget, disagrees at the check, at 100% of the full-scale plan's steps | " \
+           "disagrees (0.5 of the budget) | 0 / 0 / 0 |" in index_row(tmp_path)
+
+
+@pytest.mark.parametrize("learned, holds", [("{level: 1.0, plateau: 0.3, why: w}", True),
+                                            ("{level: 1.3, plateau: 0.3, why: w}", False),  # below the level
+                                            ("{level: 1.0, plateau: 0.2, why: w}", False)])  # still improving
+def test_the_learned_precondition_fails_the_claim_and_then_no_comparison_counts(tmp_path, calls, learned, holds):
+    declaration = CHECKED.replace('learned: {level: 1.0, plateau: 0.3, why: "a test"}', f"learned: {learned}")
+    _, summary = run_checked(tmp_path, declaration)
+    main = summary["budgets"][0]
+    assert main["preconditions"][-1]["holds"] is holds
+    if holds:
+        assert main["counts"] == {"agrees": 0, "disagrees": 1, "inconclusive": 0}
+    else:
+        assert summary["verdict"] == main["verdict"] == "precondition failed"
+        assert main["counts"] == summary["counts"] == {"agrees": 0, "disagrees": 0, "inconclusive": 0}
+        assert main["comparisons"][1]["verdict"] == "disagrees"  # still shown in the report, not counted
+        assert ("| precondition failed: learned (no comparison counted) | agrees (0.5 of the budget) | 0 / 0 / 0 |"
+                in index_row(tmp_path))
+
+
+def test_a_failed_stand_in_precondition_counts_no_comparison_either(tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(FakeClaim, "precondition", False)
+    _, summary = run(tmp_path)
+    assert summary["counts"] == {"agrees": 0, "disagrees": 0, "inconclusive": 0}
+    assert [c["verdict"] for c in summary["budgets"][0]["comparisons"]][:2] == ["agrees", "disagrees"]
+    assert report.qualifier(summary) == "precondition failed: the fake task is learned (no comparison counted)"
+
+
+def test_results_record_the_commit_the_machine_and_the_load(tmp_path, calls):
+    import os
+    import subprocess
+
+    _, summary = run_checked(tmp_path)
+    saved = json.loads((tmp_path / "fake" / "results.json").read_text())
+    head = subprocess.run(["git", "-C", os.path.dirname(report.__file__), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    assert saved["commit"] == (head.stdout.strip() if head.returncode == 0 else "unknown")
+    assert saved["machine"]["cores"] == os.cpu_count() and saved["machine"]["cpu"]
+    settings = saved["budgets"][0]["settings"]
+    assert len(settings["load_start"]) == len(settings["load_end"]) == 3  # 1-, 5- and 15-minute load averages
+
+
+def test_outside_a_checkout_the_commit_is_unknown(monkeypatch):
+    def no_git(*args, **kw):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(report.subprocess, "run", no_git)
+    found = report.provenance()
+    assert found["commit"] == "unknown" and found["changed_files"] is None and found["machine"]["cores"]
+
+
+def test_a_speed_ratio_is_judged_only_against_a_bound_on_comparable_hardware():
+    with pytest.raises(ValueError, match="hardware comparable"):
+        Comparison("t", "a", "b", "faster", "over six times faster (JAX, GPU)", margin=6.0, role="speed")
+    judged = Comparison("t", "a", "b", "faster", "2x", margin=2.0, role="speed", hardware="one CPU thread")
+    reported = Comparison("t", "a", "b", "faster", "measured on a GPU", role="speed")
+    assert judged.counted and not reported.counted and reported.margin == 1.0
