@@ -150,22 +150,24 @@ def ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile: int
     grad_D = torch.empty(programs, **f32)
     grad_h0 = torch.empty(batch, heads, p, n, **f32)
     own, read = torch.empty(programs, n_chunks, **f32), torch.empty(programs, n_chunks, **f32)
+    kept = torch.empty(programs, n_segs, **f32)
     last = grad_last.contiguous() if grad_last is not None else None
     sizes = (length, heads, p, n, heads // groups, groups, n_pblocks, n_chunks)
     _launch(kernels.ssd_bwd_dh, (programs,), x, dt, A, B, C, D if D is not None else x,
-            resets if resets is not None else x, grad_y, last if last is not None else x, grad_x, grad_dt, grad_B,
-            grad_A, grad_D, grad_h0, own, *sizes, *strides, *grad_y.stride(), HAS_D=D is not None,
-            HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"], **flags)
+            resets if resets is not None else x, states, grad_y, last if last is not None else x, grad_x, grad_dt,
+            grad_B, grad_A, grad_D, grad_h0, own, kept, *sizes, seg_chunks, n_segs, *strides, *grad_y.stride(),
+            HAS_D=D is not None, HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"],
+            **flags)
     _launch(kernels.ssd_bwd_h, (programs, n_segs), x, dt, A, B, C, resets if resets is not None else x, states,
             grad_y, grad_dt, grad_C, grad_A[1:], read, *sizes, seg_chunks, n_segs, *strides, *grad_y.stride(),
             num_warps=_WARPS["bwd"], **flags)
     # dL/d(a chunk's total log decay) is <dL/dh, h> at the chunk's end. Across a chunk that inner product gains the
     # chunk's own input to the state (`own`) and loses dL/dy's pull on the entering state (`read`), so it is a
-    # running sum from <d(initial state), initial state> (0 without one). Summed in float64: 2 sums per chunk.
-    phi = (own - read).view(batch, heads, n_pblocks, n_chunks).sum(2).double().cumsum(-1)
-    if has_initial_state:
-        phi += (grad_h0 * states[:, 0]).sum((-2, -1)).double()[..., None]
-    phi = phi.float()  # (b, H, chunks)
+    # running sum from its value at the last kept state (`kept`); restarting there keeps float32's rounding of each
+    # term from adding up over the whole sequence.
+    change = F.pad(own - read, (0, n_segs * seg_chunks - n_chunks)).view(programs, n_segs, seg_chunks)
+    phi = (change.double().cumsum(-1) + kept.double()[..., None]).view(programs, -1)[:, :n_chunks]
+    phi = phi.view(batch, heads, n_pblocks, n_chunks).sum(2).float()  # (b, H, chunks)
     # Each step's Δ A adds to its chunk's total: dΔ gets phi A, dA gets phi Σ Δ over the chunk.
     grad_dt += phi.repeat_interleave(tile, -1)[..., :length].transpose(1, 2) * A.float()
     dt_sums = F.pad(dt.float(), (0, 0, 0, n_chunks * tile - length)).view(batch, n_chunks, tile, heads).sum(2)

@@ -18,8 +18,8 @@ to_end_s = decay(last, s); through = from_start_last. The forward stores the sta
 seg_chunks chunks (float32). The backward is two kernels, each holding one (BLOCK_P, BLOCK_N) state tile: `ssd_bwd_dh`
 walks the whole sequence in reverse carrying dL/dh (dx, dB, dD and the terms of dΔ, dA that need dL/dh), and
 `ssd_bwd_h`, one program per segment, walks it forward from the stored state carrying h (dC and the terms that need
-h). dL/d(a chunk's total log decay), <dL/dh, h> at its end, needs both; each kernel writes its half of that inner
-product's change across every chunk and the launcher sums them.
+h). dL/d(a chunk's total log decay), <dL/dh, h> at its end, needs both: `ssd_bwd_dh` writes it at every kept state,
+each kernel its half of its change across every chunk, and the launcher sums them.
 
 Offsets: a chunk's first step is a 64-bit scalar; the offsets inside one tile are 32-bit.
 """
@@ -137,9 +137,9 @@ def ssd_fwd(
 
 @triton.jit
 def ssd_bwd_dh(
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, resets_ptr, gy_ptr, glast_ptr,
-    gx_ptr, gdt_ptr, gB_ptr, gA_ptr, gD_ptr, gh0_ptr, own_ptr,
-    length, heads, head_dim, d_state, per_group, n_groups, n_pblocks, n_chunks,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, resets_ptr, states_ptr, gy_ptr, glast_ptr,
+    gx_ptr, gdt_ptr, gB_ptr, gA_ptr, gD_ptr, gh0_ptr, own_ptr, kept_ptr,
+    length, heads, head_dim, d_state, per_group, n_groups, n_pblocks, n_chunks, seg_chunks, n_segs,
     s_xb, s_xt, s_xh, s_xp, s_db, s_dt, s_dh, s_bb, s_bt, s_bg, s_bn, s_cb, s_ct, s_cg, s_cn, s_rb, s_rt,
     s_gb, s_gt, s_gh, s_gp,
     HAS_D: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_GLAST: tl.constexpr,
@@ -148,7 +148,8 @@ def ssd_bwd_dh(
     """The backward's reverse walk, carrying dL/dh from dL/dy (read with its strides) and dL/d(last state): dx
     (b, L, H, P) contiguous; dB (b, L, G, N) and this half of dΔ (b, L, H), float32, added atomically; per program
     partial sums of dA and dD; d(initial state) (b, H, P, N) float32; per program and chunk <dL/dh, the chunk's own
-    input to the state> (programs, chunks) float32."""
+    input to the state> (programs, chunks), and per program and kept state (b, segments, H, P, N) <dL/dh, h> there
+    (programs, segments), float32."""
     pid, pid_b, head, group, offs_p, row = _program(heads, per_group, n_pblocks, BLOCK_P)
     offs_q = tl.arange(0, BLOCK_Q)
     offs_n = tl.arange(0, BLOCK_N)
@@ -202,6 +203,12 @@ def ssd_bwd_dh(
                       sem="relaxed")
         tl.store(own_ptr + pid.to(tl.int64) * n_chunks + c, tl.reduce(g_own, 0, _add))
         gh = through * gh + _dot(tl.trans(gy * from_start[:, None]), Cm, DOT)
+        if c % seg_chunks == 0:
+            seg_row = (pid_b * n_segs + c // seg_chunks) * heads + head
+            h = tl.load(states_ptr + seg_row * head_dim * d_state + offs_p[:, None] * d_state + offs_n[None, :],
+                        mask=state_mask, other=0.0)
+            tl.store(kept_ptr + pid.to(tl.int64) * n_segs + c // seg_chunks,
+                     tl.reduce(tl.reduce(gh * h, 1, _add), 0, _add))
     tl.store(gA_ptr + pid, gA)
     if HAS_D:
         tl.store(gD_ptr + pid, gD)
