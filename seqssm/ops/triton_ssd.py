@@ -6,8 +6,8 @@ The kernels walk the sequence in chunks of `ssd_tile(chunk_size)` steps (at most
 decay matrix and the (tile, N) B and C live in registers beside the state) and keep the state entering every
 `chunk_size` steps (rounded up to whole chunks, `ssd_segment`), float32 (batch, segments, H, P, N), for the backward
 pass, which recomputes the states in between from it. The results do not depend on either length (the chunked form
-is exact). On CPU tensors the kernels run in Triton's interpreter,
-which TRITON_INTERPRET=1 allows (the registry refuses CPU tensors otherwise); it is slow and meant for tests.
+is exact). On CPU tensors the kernels run in Triton's interpreter, which TRITON_INTERPRET=1 allows (the registry
+refuses CPU tensors otherwise); it is slow and meant for tests.
 """
 
 from __future__ import annotations
