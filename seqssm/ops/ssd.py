@@ -161,7 +161,8 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor |
     """The SSD scan: x (b, L, H, P), Δ (b, L, H) > 0, A (H,), B, C (b, L, G, N), D (H,), initial_state (b, H, P, N),
     resets (b, L) bool (True at t zeroes the state before step t) -> (y (b, L, H, P) in x's dtype, last state
     (b, H, P, N) in the compute dtype, at least float32). backend: one of `backends("ssd")` ("auto": "triton" on
-    CUDA, else "chunked"); chunk_size: steps per chunk of "chunked", the most per chunk of "triton"."""
+    CUDA, else "chunked"); chunk_size: steps per chunk of "chunked"; for "triton", the steps between the states its
+    forward keeps for the backward (its own chunks are at most 16 steps)."""
     check_floating("ssd_scan", x=x, dt=dt, A=A, B=B, C=C, D=D, initial_state=initial_state)
     floats = (x, dt, A, B, C, D, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
