@@ -176,9 +176,9 @@ def learned_precondition(learned: Learned, primary: Comparison, end: dict[str, d
     before = None if fifth is None else mean_of(fifth, better)
     rise = math.nan if before is None else pair[better] - before
     holds = pair[better] >= learned.level and rise < learned.plateau
-    return (f"learned: the better arm ({better}) reaches {pair[better]:.3g} on {primary.metric} (level "
-            f"{learned.level:g}) and rose by {rise:+.3g} over the last fifth of its budget (less than "
-            f"{learned.plateau:g}: stopped improving)", holds)
+    return (f"learned: the better arm ({better}) reaches {pair[better]:.3g} on {primary.metric} (at least "
+            f"{learned.level:g} asked) and rose by {rise:+.3g} over the last fifth of its budget (less than "
+            f"{learned.plateau:g} asked: stopped improving)", holds)
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ def verdict_line(c: dict, claim: Claim) -> str:
     spec = next((m.fmt for m in claim.metrics if m.name == c["metric"]), ".3f")
     label = next((m.label for m in claim.metrics if m.name == c["metric"]), c["metric"])
     role = {"primary": "primary", "secondary": "Holm-corrected", "sanity": "sanity check, not counted",
-            "speed": "speed" if c["counted"] else "speed, not judged: the source states no ratio"}[c["role"]]
+            "speed": "speed" if c["counted"] else "speed, reported: the source states no bound on comparable hardware"}[c["role"]]
     margin = f" (margin {c['margin']:{spec}})" if c["relation"] in ("equivalent", "not_greater") else ""
     if c["relation"] == "faster" and c["counted"]:
         margin = f" by over {c['margin']:g}x"
