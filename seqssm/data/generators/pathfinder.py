@@ -28,6 +28,9 @@ from ..png import write_png
 # Draws in a row that find no room for the contours before giving up (~2 s): at res 32 about 3 in 4 draws fail,
 # below res ~20 every draw does, and the loop would otherwise never end.
 MAX_FAILED_DRAWS = 200
+# Bumped when the same settings draw other images, so that folders named by their settings are not reused across the
+# change: 2 places a negative's dots on two contours at a positive's distance (no dot-distance shortcut).
+GENERATOR_VERSION = 2
 
 
 @dataclass(frozen=True)

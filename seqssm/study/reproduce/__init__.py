@@ -1,5 +1,5 @@
-"""`seqssm reproduce`: the source papers' headline comparisons in miniature, at two budgets and the seeds each claim
-declares, with a report (every seed's value, the differences with 95% intervals and p-values, a verdict per declared
+"""`seqssm reproduce`: the source papers' headline comparisons in miniature, at the budget and seeds each claim
+declares (its verdict checked again at a second budget), with a report (every seed's value, the differences with 95% intervals and p-values, a verdict per declared
 comparison, the preconditions of the stand-in, the full-scale plan) and figures.
 
     seqssm reproduce list

@@ -132,8 +132,10 @@ class RopeClaim(LRAClaim):
 
     def data_folder(self) -> Path:
         s = self.data_settings()
+        from seqssm.data.generators.pathfinder import GENERATOR_VERSION
+
         tag = "-".join(str(v) for v in (s["n"], s["resolution"], s["level"], *s["style"].values(), s["seed"]))
-        return self.settings.out / "data" / f"pathfinder-{tag}"
+        return self.settings.out / "data" / f"pathfinder-v{GENERATOR_VERSION}-{tag}"
 
     def prepare(self) -> list[str]:
         return prepare_pathfinder(self.data_settings(), self.data_folder())
