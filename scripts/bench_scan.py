@@ -101,12 +101,14 @@ def worker(mode: str, backend: str, length: int, repeats: int, batch: int, dim: 
     return {"peak_extra_bytes": peak, "peak_ratio": peak / (batch * length * dim * n * 4)}
 
 
-def _cuda_measure(fn, params, repeats: int, warmup_max: int = 12) -> dict:
-    """Median fwd+bwd milliseconds of fn() over `repeats` runs after warm-ups (compilation, autotuning, the
-    allocator's first blocks of a new shape), and the peak memory one run allocates beyond what was live before it.
-    Warm-ups run until two in a row agree within 5% (at most `warmup_max`): on an H100 the Triton rows still fell
-    from 11.7 to 5.6 ms over five runs after two warm-ups."""
+def measure(fn, params, repeats: int, device, warmup_max: int = 12) -> dict:
+    """Median fwd+bwd milliseconds of fn() on `device` over `repeats` runs after warm-ups (compilation, autotuning,
+    the allocator's first blocks of a new shape), and on CUDA the peak memory one run allocates beyond what was live
+    before it. Warm-ups run until two in a row agree within 5% (at most `warmup_max`): on an H100 the Triton rows
+    still fell from 11.7 to 5.6 ms over five runs after two warm-ups."""
     import torch
+
+    cuda = device.type == "cuda"
 
     def once():
         for p in params:
@@ -115,6 +117,10 @@ def _cuda_measure(fn, params, repeats: int, warmup_max: int = 12) -> dict:
         (out[0] if isinstance(out, tuple) else out).float().sum().backward()
 
     def timed():
+        if not cuda:
+            start = time.perf_counter()
+            once()
+            return (time.perf_counter() - start) * 1e3
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         once()
@@ -126,16 +132,18 @@ def _cuda_measure(fn, params, repeats: int, warmup_max: int = 12) -> dict:
     while abs(warm[-1] - warm[-2]) > 0.05 * warm[-2] and len(warm) < warmup_max:
         warm.append(timed())
     times = [timed() for _ in range(repeats)]
-    for p in params:
-        p.grad = None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    once()
-    torch.cuda.synchronize()
-    return {"median_ms": round(statistics.median(times), 3), "times_ms": [round(t, 3) for t in times],
-            "warmup_ms": [round(t, 3) for t in warm],
-            "peak_mb": round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)}
+    row = {"median_ms": round(statistics.median(times), 3), "times_ms": [round(t, 3) for t in times],
+           "warmup_ms": [round(t, 3) for t in warm]}
+    if cuda:
+        for p in params:
+            p.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        once()
+        torch.cuda.synchronize()
+        row["peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+    return row
 
 
 # Targets of the CUDA suite, fixed before any run: (name, (op, shape, resets), backend, baseline, at_most):
@@ -236,7 +244,7 @@ def cuda_suite(args) -> dict:
 
     def record(op, name, shape, resets, backend, fn, params, repeats=args.repeats, limit=None):
         try:
-            row = _cuda_measure(fn, params, repeats)
+            row = measure(fn, params, repeats, torch.device("cuda"))
         except Exception as err:  # recorded, not fatal: one failing backend must not hide the others
             row = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
         torch.cuda.empty_cache()

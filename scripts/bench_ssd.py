@@ -18,56 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared timing of bench_scan.py, run as a script too
+from bench_scan import measure  # noqa: E402
 
 BACKENDS = ("triton", "chunked", "mamba_ssm")
 CUDA_SHAPES = {f"mamba2-130m-{L}": dict(batch=8, L=L, heads=24, P=64, N=128, groups=1, chunk=256) for L in (2048, 8192)}
 CPU_SHAPES = {"tiny": dict(batch=2, L=24, heads=2, P=4, N=8, groups=1, chunk=8)}
-
-
-def measure(fn, params, repeats: int, device, warmup_max: int = 12) -> dict:
-    """Median fwd+bwd milliseconds of fn() over `repeats` runs after warm-ups until two agree within 5% (at most
-    `warmup_max`), and on CUDA the peak memory one run allocates beyond what was live before it."""
-    import torch
-
-    cuda = device.type == "cuda"
-
-    def once():
-        for p in params:
-            p.grad = None
-        out = fn()
-        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
-
-    def timed():
-        if not cuda:
-            start = time.perf_counter()
-            once()
-            return (time.perf_counter() - start) * 1e3
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        once()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end)
-
-    warm = [timed(), timed()]
-    while abs(warm[-1] - warm[-2]) > 0.05 * warm[-2] and len(warm) < warmup_max:
-        warm.append(timed())
-    times = [timed() for _ in range(repeats)]
-    row = {"median_ms": round(statistics.median(times), 3), "times_ms": [round(t, 3) for t in times],
-           "warmup_ms": [round(t, 3) for t in warm]}
-    if cuda:
-        for p in params:
-            p.grad = None
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        once()
-        torch.cuda.synchronize()
-        row["peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
-    return row
 
 
 def run(args) -> dict:

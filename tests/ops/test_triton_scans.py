@@ -12,16 +12,6 @@ from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E4
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
        torch.float16: dict(atol=5e-3, rtol=5e-3)}
-DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request, monkeypatch):
-    if request.param == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    else:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    return torch.device(request.param)
 
 
 def _resets(batch, length, chunk, device):

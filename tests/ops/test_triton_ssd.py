@@ -11,20 +11,10 @@ from seqssm.ops.ssd import ssd_reference, ssd_scan
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
 from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_segment, ssd_tile  # noqa: E402
 
-DEVICES = [pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
 NAMES = ("x", "dt", "A", "B", "C", "D", "initial_state")
 # float32 kernels against float64: sums of a few dozen terms (the GPU's dots are 3xTF32)
 TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
        torch.bfloat16: dict(atol=8e-2, rtol=8e-2)}
-
-
-@pytest.fixture(params=DEVICES)
-def device(request, monkeypatch):
-    if request.param == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    else:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    return torch.device(request.param)
 
 
 def _inputs(device, length, heads=4, p=3, groups=2, n=5, dtype=torch.float32, with_d=True, with_state=True,
