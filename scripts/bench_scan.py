@@ -391,6 +391,17 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def write_outputs(result: dict, table: str, out: str) -> None:
+    """`result` as JSON at `out` and `table` as markdown beside it (.md), the table printed too."""
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(table + "\n")
+    print(table)
+    print(f"\nwrote {out} and its .md")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048, 4096])
@@ -410,14 +421,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda":
         result = cuda_suite(args)
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
-        table = markdown(result)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(table + "\n")
-        print(table)
-        print(f"\nwrote {args.out} and its .md")
+        write_outputs(result, markdown(result), args.out)
         # Exit 1 when a target is missed or could not be measured: a check that cannot fail proves nothing.
         sys.exit(0 if all(t["status"] == "met" for t in result["targets"]) else 1)
     if args.worker:

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared timing of bench_scan.py, run as a script too
-from bench_scan import measure  # noqa: E402
+from bench_scan import measure, write_outputs  # noqa: E402
 
 BACKENDS = ("triton", "chunked", "mamba_ssm")
 CUDA_SHAPES = {f"mamba2-130m-{L}": dict(batch=8, L=L, heads=24, P=64, N=128, groups=1, chunk=256) for L in (2048, 8192)}
@@ -108,14 +108,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="runs/bench_ssd.json")
     args = parser.parse_args(argv)
     result = run(args)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    table = markdown(result)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table + "\n")
-    print(table)
-    print(f"\nwrote {args.out} and its .md")
+    write_outputs(result, markdown(result), args.out)
     # A seqssm backend that failed fails the run; mamba_ssm may be absent.
     return 1 if any("error" in r and r["backend"] != "mamba_ssm" for r in result["rows"]) else 0
 
