@@ -21,6 +21,7 @@ from seqssm.blocks.common import add_residual, make_norm
 from seqssm.blocks.config import AttentionConfig
 from seqssm.errors import ConfigError, InputDtypeError, InputShapeError
 from seqssm.layers.base import SequenceLayer, check_sizes, mask_outputs
+from seqssm.layers.rope import rope_positions
 from seqssm.ops.conv1d import causal_conv1d
 from seqssm.ops.masked import masked_causal_conv1d
 from seqssm.ops.rotary import rotary_table
@@ -54,8 +55,6 @@ class AttentionBlock(SequenceLayer):
         self.conv1d = nn.Conv1d(self.qkv_dim, self.qkv_dim, config.d_conv, groups=self.qkv_dim) if config.d_conv \
             else None
         self.out_proj = nn.Linear(self.n_heads * self.head_dim + config.mlp_dim // 2, d_model, bias=config.out_bias)
-        pairs = torch.arange(0, config.rotary_dim, 2, dtype=torch.float64) / max(config.rotary_dim, 1)
-        self.register_buffer("frequencies", config.rotary_base ** -pairs, persistent=False)
 
     # ----------------------------------------------------------------------------- pieces
 
@@ -82,7 +81,9 @@ class AttentionBlock(SequenceLayer):
         half of those channels rotate as the two coordinates of each pair."""
         if not self.config.rotary_dim:
             return t
-        cos, sin = rotary_table(positions, self.frequencies)
+        # float64 frequencies made here, not a buffer: casting the model to bf16 would round a buffer's too
+        pairs = torch.arange(0, self.config.rotary_dim, 2, dtype=torch.float64, device=t.device)
+        cos, sin = rotary_table(positions, self.config.rotary_base ** (-pairs / self.config.rotary_dim))
         cos, sin = (a[:, None, :, ::2].to(t.dtype) for a in (cos, sin))  # the table repeats each pair's angle
         half = self.config.rotary_dim // 2
         first, second, rest = t[..., :half], t[..., half:2 * half], t[..., 2 * half:]
@@ -116,14 +117,10 @@ class AttentionBlock(SequenceLayer):
         batch, length = x.shape[:2]
         keys, values, visible, position, conv_state = (
             self.initial_state(batch, x.device, x.dtype) if state is None else state)
+        positions = rope_positions(position, length, resets, mask)
         valid = torch.ones(batch, length, dtype=torch.bool, device=x.device) if mask is None else mask
         resets = torch.zeros_like(valid) if resets is None else resets
         segment = torch.cumsum(resets.long(), 1)  # resets so far: steps attend within one segment
-        before = torch.cumsum(valid.long(), 1) - valid.long()  # valid steps before t
-        # valid steps before the last reset at or before t (before never decreases, so a running max finds it)
-        at_reset = torch.cummax(torch.where(resets, before, 0), dim=1).values
-        carried = torch.where(segment == 0, position[:, None], 0)  # the cache's count holds until the first reset
-        positions = carried + before - at_reset
 
         qkv, mlp = self._project(x)
         if self.conv1d is not None:
