@@ -13,6 +13,8 @@ walks the sequence in chunks whose (batch, chunk, dim, N) intermediates are reco
 backward pass instead of stored, so memory stays a small fraction of one (batch, L, dim, N)
 tensor (`seqssm.ops.selective_chunked`); "triton" (`seqssm.ops.triton_scan`) does the same in Triton kernels;
 "mamba_ssm" calls mamba_ssm's CUDA kernels (no initial state or resets there; `seqssm.ops.cuda_packages`).
+`selective_step`, one step of decoding, has its own: "torch" (a few torch ops) and "triton"
+(`seqssm.ops.triton_step`, one fused kernel, as mamba_ssm's `selective_state_update`).
 """
 
 from __future__ import annotations
@@ -83,11 +85,35 @@ def _prepare_delta(delta, delta_bias, delta_softplus, compute):
     return F.softplus(delta) if delta_softplus else delta
 
 
-def selective_step(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False):
-    """One step of the selective scan: h (batch, dim, N), u_t, delta_t, z_t (batch, dim), A (dim, N),
-    B_t, C_t (batch, N) or (batch, groups, N) -> (y_t (batch, dim), next h)."""
-    check_floating("selective_step", h=h, u_t=u_t, delta_t=delta_t, A=A, B_t=B_t, C_t=C_t, D=D, z_t=z_t,
-                   delta_bias=delta_bias)
+def _check_step_shapes(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias):
+    """Refuse shapes `selective_step` cannot take (the kernel reads by them unchecked) with InputShapeError."""
+    if u_t.ndim != 2 or delta_t.shape != u_t.shape or (z_t is not None and z_t.shape != u_t.shape):
+        raise InputShapeError(f"selective_step: u_t, delta_t and z_t must be (batch, dim); got "
+                              f"{tuple(u_t.shape)}, {tuple(delta_t.shape)}"
+                              + ("" if z_t is None else f" and {tuple(z_t.shape)}"))
+    batch, dim = u_t.shape
+    if A.ndim != 2 or A.shape[0] != dim:
+        raise InputShapeError(f"selective_step: A must be (dim, N) = ({dim}, N), got {tuple(A.shape)}")
+    n = A.shape[1]
+    if h.shape != (batch, dim, n):
+        raise InputShapeError(f"selective_step: h must be (batch, dim, N) = ({batch}, {dim}, {n}), "
+                              f"got {tuple(h.shape)}")
+    for name, M in (("B_t", B_t), ("C_t", C_t)):
+        if not ((M.ndim == 2 and M.shape == (batch, n))
+                or (M.ndim == 3 and M.shape[0] == batch and M.shape[2] == n and M.shape[1] > 0
+                    and dim % M.shape[1] == 0)):
+            raise InputShapeError(f"selective_step: {name} must be (batch, N) = ({batch}, {n}) or (batch, groups, N) "
+                                  f"with groups dividing dim={dim}; got {tuple(M.shape)}")
+    if B_t.shape != C_t.shape:
+        raise InputShapeError(f"selective_step: B_t and C_t must have one shape, got {tuple(B_t.shape)} and "
+                              f"{tuple(C_t.shape)}")
+    for name, v in (("D", D), ("delta_bias", delta_bias)):
+        if v is not None and v.shape != (dim,):
+            raise InputShapeError(f"selective_step: {name} must be (dim,) = ({dim},), got {tuple(v.shape)}")
+
+
+def _selective_step_torch(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False):
+    """`selective_step` in torch ops: the "torch" backend, and the definition the reference scan loops over."""
     batch, dim = u_t.shape
     n = A.shape[1]
     out_dtype = u_t.dtype
@@ -107,6 +133,20 @@ def selective_step(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=No
     return y, h.reshape(batch, dim, n)
 
 
+def selective_step(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False, *,
+                   backend: str = "auto"):
+    """One step of the selective scan: h (batch, dim, N), u_t, delta_t, z_t (batch, dim), A (dim, N),
+    B_t, C_t (batch, N) or (batch, groups, N) -> (y_t (batch, dim) in u_t's dtype, next h (batch, dim, N) in
+    float32, or float64 for float64 u_t). backend: one of `backends("selective_step")` ("auto", "triton",
+    "torch"); "auto" takes the fused Triton kernel on CUDA."""
+    check_floating("selective_step", h=h, u_t=u_t, delta_t=delta_t, A=A, B_t=B_t, C_t=C_t, D=D, z_t=z_t,
+                   delta_bias=delta_bias)
+    _check_step_shapes(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias)
+    floats = (h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias)
+    call = Call(u_t.device, tuple(x.dtype for x in floats if x is not None))
+    return choose("selective_step", backend, call)(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, delta_softplus)
+
+
 def _per_channel(M: torch.Tensor, batch: int, dim: int, length: int) -> torch.Tensor:
     """B or C (dim, N), (batch, N, L) or (batch, groups, N, L) -> (batch, dim, N, L), channel d's own."""
     if M.ndim == 2:
@@ -120,7 +160,7 @@ def selective_scan_reference(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
-    """The sequential definition: a loop of `selective_step` (see the module docstring for shapes)."""
+    """The sequential definition: a loop of `selective_step`'s torch path (see the module docstring for shapes)."""
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state, resets)
     batch, dim, length = u.shape
     compute = torch.promote_types(u.dtype, torch.float32)
@@ -135,7 +175,7 @@ def selective_scan_reference(
     for t, (u_t, delta_t, B_t, C_t, z_t) in enumerate(steps):
         if resets is not None:
             h = h * (~resets[:, t]).to(h.dtype).view(batch, 1, 1)
-        y_t, h = selective_step(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, delta_softplus)
+        y_t, h = _selective_step_torch(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, delta_softplus)
         ys.append(y_t)
     y = torch.stack(ys, dim=-1)
     return (y, h.to(y.dtype)) if return_last_state else y
@@ -251,3 +291,7 @@ register(Backend("selective_scan", "triton", "seqssm.ops.triton_scan:selective_s
                  devices=frozenset({"cuda", "cpu"}), auto_devices=CUDA, available=triton_missing,
                  check=triton_device_check))
 register(Backend("selective_scan", "torch", _selective_scan_torch))
+register(Backend("selective_step", "triton", "seqssm.ops.triton_step:selective_step_triton",
+                 devices=frozenset({"cuda", "cpu"}), auto_devices=CUDA, dtypes=_HALF_OR_SINGLE,
+                 available=triton_missing, check=triton_device_check))
+register(Backend("selective_step", "torch", _selective_step_torch))

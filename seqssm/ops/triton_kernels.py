@@ -568,3 +568,43 @@ def selective_scan_bwd(
         tl.store(gD_ptr + row, grad_D, mask=mask_d)
     if HAS_BIAS:
         tl.store(gbias_ptr + row, grad_bias, mask=mask_d)
+
+
+@triton.jit
+def selective_step_fwd(
+    h_ptr, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, out_ptr,
+    dim, n, per_group, n_dblocks,
+    s_hb, s_hd, s_hn, s_ub, s_ud, s_db, s_dd, s_ad, s_an, s_bb, s_bg, s_bn, s_cb, s_cg, s_cn, s_zb, s_zd,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    # One decoding step of the selective scan. A program owns one batch row and BLOCK_D channels with all N
+    # states: h' = exp(Δ A) h + Δ B u, y = <C, h'> + D u, times silu(z); float32 throughout. h' goes to a new
+    # (batch, dim, N) tensor `out`, contiguous. Channel d reads B and C of its group d // per_group.
+    pid = tl.program_id(0)
+    pid_b = tl.cast(pid // n_dblocks, tl.int64)
+    d = (pid % n_dblocks) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_d = d < dim
+    mask = mask_d[:, None] & (offs_n < n)[None, :]
+    g = d // per_group
+    u = tl.load(u_ptr + pid_b * s_ub + d * s_ud, mask=mask_d, other=0.0).to(tl.float32)
+    dt = tl.load(delta_ptr + pid_b * s_db + d * s_dd, mask=mask_d, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        dt += tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(tl.float32)
+    if SOFTPLUS:
+        dt = _softplus(dt)
+    A = tl.load(A_ptr + d[:, None] * s_ad + offs_n[None, :] * s_an, mask=mask, other=0.0).to(tl.float32)
+    B = tl.load(B_ptr + pid_b * s_bb + g[:, None] * s_bg + offs_n[None, :] * s_bn, mask=mask, other=0.0)
+    C = tl.load(C_ptr + pid_b * s_cb + g[:, None] * s_cg + offs_n[None, :] * s_cn, mask=mask, other=0.0)
+    h = tl.load(h_ptr + pid_b * s_hb + d[:, None] * s_hd + offs_n[None, :] * s_hn, mask=mask, other=0.0)
+    # Past N (masked): A = 0 gives decay 1 on h = 0, and B = C = 0 add nothing.
+    h = tl.exp(dt[:, None] * A) * h.to(tl.float32) + (dt * u)[:, None] * B.to(tl.float32)
+    y = _sum(h * C.to(tl.float32), axis=1)
+    if HAS_D:
+        y += tl.load(D_ptr + d, mask=mask_d, other=0.0).to(tl.float32) * u
+    if HAS_Z:
+        z = tl.load(z_ptr + pid_b * s_zb + d * s_zd, mask=mask_d, other=0.0).to(tl.float32)
+        y = y * z / (1.0 + tl.exp(-z))
+    tl.store(y_ptr + pid_b * dim + d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    tl.store(out_ptr + pid_b * dim * n + d[:, None] * n + offs_n[None, :], h, mask=mask)

@@ -1,0 +1,117 @@
+"""The Triton backend of `selective_step` (`seqssm.ops.selective`): one decoding step of S6 in one kernel
+(`selective_step_fwd` of `seqssm.ops.triton_kernels`: Δ bias and softplus, exp(Δ A), the state update, C·h + D u
+and the SiLU(z) gate), as mamba_ssm's `selective_state_update` does, registered as a `torch.library` custom op with
+a fake implementation so that `torch.compile(fullgraph=True)` keeps it in its graph.
+
+The op is functional: it writes the next state into a new tensor instead of updating h in place. That is
+`selective_step`'s contract (callers keep their old state; the torch path returns a new one), a custom op that
+mutates nothing needs no aliasing annotations for torch.compile, and a CUDA graph replays it as well, its output
+buffers being the graph's own. Its backward recomputes the torch path (`torch.func.vjp`), so that gradients stay
+correct wherever a step is trained through; decoding runs without gradients and never pays for it.
+On CPU tensors the kernel runs in Triton's interpreter, which TRITON_INTERPRET=1 allows; it is meant for tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from torch import Tensor
+
+from seqssm.ops.selective import _selective_step_torch
+from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+
+# Channels per program, compiled: mamba_ssm's choice for its step kernel, a (BLOCK_D, BLOCK_N) state tile of
+# 512 elements (4 per thread over 4 warps), so that N up to 128 holds no more registers than N = 16. The
+# interpreter's block is smaller, giving the tests several channel blocks.
+_TILE = {False: 512, True: 64}
+_MAX_BLOCK_D = {False: 32, True: 8}
+_WARPS = 4
+
+
+def _kernels(interpret: bool):
+    """The kernels module (triton_kernels.py), compiled or interpreted."""
+    return load_kernels("triton_kernels.py", interpret)
+
+
+def _for(device: torch.device):
+    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
+    return kernels_for("triton_kernels.py", device)
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Every kernel launch goes through here (the compile check records them instead)."""
+    launch(kernel, grid, *args, **kwargs)
+
+
+def _blocks(n: int, interpret: bool) -> tuple[int, int]:
+    """(BLOCK_D, BLOCK_N) for N states: all of N, and channels filling a tile of _TILE elements."""
+    block_n = triton.next_power_of_2(n)
+    return max(1, min(_MAX_BLOCK_D[interpret], _TILE[interpret] // block_n)), block_n
+
+
+def step_forward(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus: bool) -> tuple[Tensor, Tensor]:
+    """The op's implementation (the compile check calls it on meta tensors): h (b, dim, N), u_t, delta_t, z_t
+    (b, dim), A (dim, N), B_t, C_t (b, N) or (b, groups, N), D, delta_bias (dim,) -> (y_t (b, dim) in u_t's dtype,
+    next h (b, dim, N) float32)."""
+    kernels, interpret = _for(u_t.device)
+    batch, dim = u_t.shape
+    n = A.shape[1]
+    B3, C3 = (M.unsqueeze(1) if M.ndim == 2 else M for M in (B_t, C_t))  # (b, groups, N)
+    block_d, block_n = _blocks(n, interpret)
+    n_dblocks = triton.cdiv(dim, block_d)
+    y = torch.empty(batch, dim, dtype=u_t.dtype, device=u_t.device)
+    out = torch.empty(batch, dim, n, dtype=torch.float32, device=u_t.device)
+    if batch == 0 or dim == 0:
+        return y, out
+    z_strides = z_t.stride() if z_t is not None else (0, 0)
+    # u_t stands for absent optional tensors (never read).
+    _launch(kernels.selective_step_fwd, (batch * n_dblocks,), h, u_t, delta_t, A, B3, C3,
+            D if D is not None else u_t, z_t if z_t is not None else u_t,
+            delta_bias if delta_bias is not None else u_t, y, out, dim, n, dim // B3.shape[1], n_dblocks,
+            *h.stride(), *u_t.stride(), *delta_t.stride(), *A.stride(), *B3.stride(), *C3.stride(), *z_strides,
+            HAS_D=D is not None, HAS_Z=z_t is not None, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
+            BLOCK_D=block_d, BLOCK_N=block_n, num_warps=_WARPS)
+    return y, out
+
+
+@torch.library.custom_op("seqssm::selective_step_triton", mutates_args=())
+def _step_op(h: Tensor, u_t: Tensor, delta_t: Tensor, A: Tensor, B_t: Tensor, C_t: Tensor, D: Tensor | None,
+             z_t: Tensor | None, delta_bias: Tensor | None, softplus: bool) -> tuple[Tensor, Tensor]:
+    """`step_forward` as an op."""
+    return step_forward(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus)
+
+
+@_step_op.register_fake
+def _(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus):
+    batch, dim = u_t.shape
+    return u_t.new_empty(batch, dim), u_t.new_empty(batch, dim, A.shape[1], dtype=torch.float32)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:9])
+    ctx.softplus = inputs[9]
+
+
+def _backward(ctx, grad_y, grad_h):
+    inputs = ctx.saved_tensors
+    present = [i for i, t in enumerate(inputs) if t is not None]
+
+    def step(*tensors):
+        args = list(inputs)
+        for i, t in zip(present, tensors):
+            args[i] = t
+        return _selective_step_torch(*args, delta_softplus=ctx.softplus)
+
+    # The torch path's next state is float32 as the kernel's is (float64 inputs never reach the kernel).
+    _, vjp = torch.func.vjp(step, *(inputs[i] for i in present))
+    grads = dict(zip(present, vjp((grad_y, grad_h))))
+    return (*(grads.get(i) for i in range(9)), None)
+
+
+_step_op.register_autograd(_backward, setup_context=_setup)
+
+
+def selective_step_triton(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False):
+    """Triton `selective_step`: h (b, dim, N), u_t, delta_t, z_t (b, dim), A (dim, N), B_t, C_t (b, N) or
+    (b, groups, N), D, delta_bias (dim,) -> (y_t (b, dim) in u_t's dtype, next h (b, dim, N) float32)."""
+    return _step_op(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, bool(delta_softplus))

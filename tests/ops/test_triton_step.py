@@ -1,0 +1,137 @@
+"""The Triton backend of `selective_step` (one fused decoding step of S6) against the torch path in float64 on the same
+inputs: outputs and next state over shapes, groups and every optional input, 16-bit inputs, strided views, gradients,
+the custom op under opcheck and torch.compile. On CPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set
+per test); the `gpu` variants run the same cases compiled on CUDA."""
+
+import pytest
+import torch
+
+from seqssm.errors import InputShapeError
+from seqssm.ops import selective_step
+from seqssm.ops.backend import Call, choose
+from seqssm.ops.selective import _selective_step_torch
+
+pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+from seqssm.ops.triton_step import selective_step_triton  # noqa: E402
+
+NAMES = ("h", "u_t", "delta_t", "A", "B_t", "C_t", "D", "z_t", "delta_bias")
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=5e-3, rtol=5e-3),
+       torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
+
+
+def _inputs(device, batch, dim, n, groups=0, dtype=torch.float32, with_d=True, with_z=True, with_bias=True, seed=0):
+    """u_t, delta_t, z_t, B_t, C_t in `dtype` (B_t, C_t (batch, N) for groups 0, else (batch, groups, N)); h, A, D
+    and delta_bias float32, as S6 passes them."""
+    g = torch.Generator().manual_seed(seed)
+
+    def t(*shape, dtype_=torch.float32):
+        return torch.randn(*shape, generator=g).to(device, dtype_)
+
+    bc = (batch, n) if groups == 0 else (batch, groups, n)
+    return dict(h=t(batch, dim, n), u_t=t(batch, dim, dtype_=dtype), delta_t=t(batch, dim, dtype_=dtype) * 0.5,
+                A=-torch.rand(dim, n, generator=g).to(device) - 0.1, B_t=t(*bc, dtype_=dtype), C_t=t(*bc, dtype_=dtype),
+                D=t(dim) if with_d else None, z_t=t(batch, dim, dtype_=dtype) if with_z else None,
+                delta_bias=t(dim) * 0.3 if with_bias else None)
+
+
+def _check(inp, softplus, tol):
+    y, h = selective_step(**inp, delta_softplus=softplus, backend="triton")
+    assert y.dtype == inp["u_t"].dtype and h.dtype == torch.float32 and h.is_contiguous()
+    y_ref, h_ref = _selective_step_torch(**{k: v.double() if v is not None else None for k, v in inp.items()},
+                                         delta_softplus=softplus)
+    torch.testing.assert_close(y.double(), y_ref, **tol)
+    torch.testing.assert_close(h.double(), h_ref, **tol)
+
+
+# (batch, dim, N, groups): dims that are not powers of two, one group, several, and one per channel (the reference
+# scan's time-invariant B and C).
+SHAPES = [(1, 3, 1, 0), (2, 10, 5, 2), (3, 40, 16, 4), (2, 7, 3, 7), (1, 24, 16, 1), (2, 33, 12, 3)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("with_d, with_z, with_bias, softplus",
+                         [(True, True, True, True), (False, False, False, False), (True, False, True, False),
+                          (False, True, False, True)], ids=["all", "none", "D+bias", "z+softplus"])
+def test_step_matches_the_torch_path_in_float64(device, shape, with_d, with_z, with_bias, softplus):
+    batch, dim, n, groups = shape
+    inp = _inputs(device, batch, dim, n, groups, with_d=with_d, with_z=with_z, with_bias=with_bias)
+    _check(inp, softplus, TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_step_takes_16_bit_inputs(device, dtype):
+    _check(_inputs(device, 2, 40, 16, 2, dtype=dtype), True, TOL[dtype])
+
+
+def test_step_reads_strided_views(device):
+    """S6's Δ, B and C are slices of one projection, the state a transposed view: the kernel reads their strides."""
+    inp = _inputs(device, 3, 12, 6)
+    proj = torch.randn(3, 12 + 2 * 6, device=device)
+    inp.update(delta_t=proj[:, :12], B_t=proj[:, 12:18], C_t=proj[:, 18:])
+    inp["h"] = inp["h"].transpose(1, 2).contiguous().transpose(1, 2)
+    assert not inp["h"].is_contiguous()
+    _check(inp, True, TOL[torch.float32])
+
+
+def test_step_gradients_are_the_torch_paths(device):
+    """Gradients through the op (its backward recomputes the torch path) for every input, through y and the state."""
+    inp = {k: v.requires_grad_() for k, v in _inputs(device, 2, 10, 5, 2).items()}
+    leaves = [inp[k] for k in NAMES]
+    outs = {name: step(**inp, delta_softplus=True) for name, step in
+            (("triton", selective_step_triton), ("torch", _selective_step_torch))}
+    cot = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1)).to(device) for t in outs["torch"]]
+    grads = {name: torch.autograd.grad(out, leaves, cot) for name, out in outs.items()}
+    for name, fast, ref in zip(NAMES, grads["triton"], grads["torch"]):
+        torch.testing.assert_close(fast, ref, **TOL[torch.float32], msg=lambda m: f"d{name}: {m}")
+
+
+def test_step_takes_batch_zero(device):
+    y, h = selective_step(**_inputs(device, 0, 6, 4), delta_softplus=True, backend="triton")
+    assert y.shape == (0, 6) and h.shape == (0, 6, 4)
+
+
+def test_step_refuses_wrong_shapes():
+    inp = _inputs("cpu", 2, 6, 4, groups=2)
+    with pytest.raises(InputShapeError, match="B_t must be"):
+        selective_step(**{**inp, "B_t": inp["B_t"][..., :3]})
+    with pytest.raises(InputShapeError, match="groups dividing dim=6"):
+        selective_step(**{**inp, "B_t": torch.zeros(2, 4, 4), "C_t": torch.zeros(2, 4, 4)})
+    with pytest.raises(InputShapeError, match="h must be"):
+        selective_step(**{**inp, "h": inp["h"][:1]})
+
+
+def test_auto_takes_the_kernel_on_cuda_and_torch_elsewhere(monkeypatch):
+    """Decoding (S6.step_projected) calls selective_step on "auto": CUDA gets the fused kernel, CPU and float64 the
+    torch path."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("SEQSSM_BACKEND", raising=False)
+    half = (torch.float32, torch.bfloat16)
+    assert choose("selective_step", "auto", Call(torch.device("cuda"), half)) is selective_step_triton
+    assert choose("selective_step", "auto", Call(torch.device("cuda"), (torch.float64,))) is _selective_step_torch
+    assert choose("selective_step", "auto", Call(torch.device("cpu"), half)) is _selective_step_torch
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        selective_step(**_inputs("cpu", 1, 3, 2), backend="triton")
+
+
+def test_step_op_passes_opcheck(device):
+    """The schema, fake implementation, autograd registration and AOT dispatch of the op."""
+    inp = {k: v.requires_grad_() if v is not None else None
+           for k, v in _inputs(device, 2, 10, 5, 2, with_z=False).items()}
+    torch.library.opcheck(torch.ops.seqssm.selective_step_triton.default, (*(inp[k] for k in NAMES), True))
+
+
+def test_step_traces_into_one_graph(device):
+    """torch.compile(fullgraph=True) over two decoding steps: no graph break, outputs and gradients as eager."""
+    inp = {k: v.requires_grad_() for k, v in _inputs(device, 2, 10, 5, 2).items()}
+
+    def two_steps(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias):
+        y1, h = selective_step(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, True, backend="triton")
+        y2, h = selective_step(h, y1, delta_t, A, B_t, C_t, D, z_t, delta_bias, True, backend="triton")
+        return y2.square().sum() + h.sum()
+
+    leaves = [inp[k] for k in NAMES]
+    compiled = torch.compile(two_steps, fullgraph=True, backend="aot_eager")
+    eager, fast = two_steps(*leaves), compiled(*leaves)
+    torch.testing.assert_close(fast, eager)
+    for g_fast, g_eager in zip(torch.autograd.grad(fast, leaves), torch.autograd.grad(eager, leaves)):
+        torch.testing.assert_close(g_fast, g_eager)
