@@ -13,7 +13,8 @@ with the ptxas inside the triton wheel. Registers, stack and shared memory are r
 
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
-and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels no spills).
+and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels and the
+decoding step's (`seqssm.ops.triton_step`) no spills).
 
 Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
 `triton.runtime.driver.set_active`); other releases may move these.
@@ -42,7 +43,8 @@ ARCHS = (80, 90)
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One call the layers make: `op` "selective", "linear" or "ssd", the dtype of the inputs, sizes and flags."""
+    """One call the layers make: `op` "selective", "linear", "ssd" or "step" (one decoding step of S6), the dtype of
+    the inputs, sizes and flags."""
 
     name: str
     op: str
@@ -53,7 +55,7 @@ class Case:
 
     def run(self) -> None:
         """Call the op's Triton implementation on meta tensors (forward, then backward if `grad`)."""
-        {"selective": _selective_call, "linear": _linear_call, "ssd": _ssd_call}[self.op](self)
+        {"selective": _selective_call, "linear": _linear_call, "ssd": _ssd_call, "step": _step_call}[self.op](self)
 
 
 def _leaf(*shape, dtype, grad):
@@ -138,6 +140,22 @@ def _ssd_call(case: Case) -> None:
                                 B, C, D, resets, states, tile, seg, h0 is not None)
 
 
+def _step_call(case: Case) -> None:
+    """The Triton decoding step as S6.step_projected calls it: u_t, Δ_t (dt_proj's output) in the layer's dtype,
+    B_t and C_t slices of x_proj's (b, dt_rank + 2N) output; the state, A, D and Δ's bias float32. Forward only:
+    decoding asks no gradient (the op's backward is the torch path)."""
+    from seqssm.ops import triton_step
+
+    s, dt = case.sizes, case.dtype
+    b, d, n = s["batch"], s["dim"], s["N"]
+    rank = -(-d // 16)  # mamba's dt_rank, d_model / 16
+    f32 = dict(dtype=torch.float32, grad=False)
+    proj = _leaf(b, rank + 2 * n, dtype=dt, grad=False)
+    triton_step.step_forward(_leaf(b, d, n, **f32), _leaf(b, d, dtype=dt, grad=False),
+                             _leaf(b, d, dtype=dt, grad=False), _leaf(d, n, **f32), proj[:, rank:rank + n],
+                             proj[:, rank + n:], _leaf(d, **f32), None, _leaf(d, **f32), True)
+
+
 # The shapes the project runs: the Ulbaek 2024 thesis models (batch 32, d_inner 232, N 16, L 16384),
 # mamba-130m's widths (d_inner 1536, N 16), a wide state (N 64), the S5 PPO update (Lu et al. 2023:
 # batch 8, 128 complex modes, L 1024), and a stress shape where one batch row of S4D with resets
@@ -148,6 +166,8 @@ WIDE_STATE = dict(batch=8, dim=1536, N=64, L=2048)
 S5_PPO = dict(batch=8, L=1024, F=128)
 S4D_STRESS = dict(batch=2, L=32768, F=1024 * 64)
 MAMBA_STRESS = dict(batch=1, dim=2048, N=16, L=2**21)
+# mamba-130m decoding one token (d_inner 1536, N 16) for one sequence and for a batch of 16.
+MAMBA_130M_DECODE = (dict(batch=1, dim=1536, N=16), dict(batch=16, dim=1536, N=16))
 # Mamba-2 130m (Dao & Gu 2024): 24 heads of 64 channels, d_state 128, one group, chunks of 256.
 MAMBA2_130M = dict(batch=8, L=2048, heads=24, P=64, N=128, groups=1, chunk=256)
 
@@ -165,6 +185,8 @@ def cases(tier: str = "quick") -> list[Case]:
         Case("S4D stress, 2^31 elements per row", "linear", torch.float32, S4D_STRESS, frozenset({"resets"})),
         Case("SSD training in the Mamba-2 layer, bf16", "ssd", torch.bfloat16, MAMBA2_130M),
         Case("SSD training in the Mamba-2 layer, float32", "ssd", torch.float32, MAMBA2_130M),
+        *(Case(f"S6 decoding step, batch {shape['batch']}, {str(dtype).removeprefix('torch.')}", "step", dtype, shape,
+               grad=False) for shape in MAMBA_130M_DECODE for dtype in (torch.bfloat16, torch.float32)),
     ]
     if tier == "quick":
         return quick
@@ -254,7 +276,7 @@ class Launch:
 
 def capture(case: Case) -> list[Launch]:
     """The kernel launches `case` makes, none of them run."""
-    from seqssm.ops import triton_scan, triton_ssd
+    from seqssm.ops import triton_scan, triton_ssd, triton_step
 
     launches: list[Launch] = []
 
@@ -262,7 +284,7 @@ def capture(case: Case) -> list[Launch]:
         jit = kernel.fn if hasattr(kernel, "configs") else kernel
         launches.append(Launch(jit.__name__, kernel, grid, args, kwargs, case))
 
-    launchers = (triton_scan, triton_ssd)
+    launchers = (triton_scan, triton_ssd, triton_step)
     originals = [(m._for, m._launch) for m in launchers]
     for module in launchers:
         module._for = lambda device, module=module: (module._kernels(False), False)
@@ -333,6 +355,8 @@ class Result:
             return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}"
         if "BLOCK_Q" in k:
             return f"BLOCK_Q={k['BLOCK_Q']} BLOCK_P={k['BLOCK_P']} warps={k['num_warps']}"
+        if "BLOCK_N" in k:
+            return f"BLOCK_D={k['BLOCK_D']} BLOCK_N={k['BLOCK_N']} warps={k['num_warps']}"
         return f"BLOCK_F={k.get('BLOCK_F')} warps={c.get('num_warps', 4)}"
 
     def spills(self) -> bool:
@@ -421,6 +445,10 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
     return results
 
 
+# Kernels that may not spill in any compile: the SSD scan's, and the decoding step's.
+_NO_SPILLS = ("ssd_", "selective_step")
+
+
 def _is_selective(r: Result) -> bool:
     return r.launch.kernel_name.startswith("selective_scan")
 
@@ -441,10 +469,10 @@ def check(results: list[Result]) -> list[str]:
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
                             f"(at N <= 16: at most {REGISTER_LIMIT} registers, no spills)")
     for r in results:
-        if r.launch.kernel_name.startswith("ssd_") and not r.error and r.spills():
+        if r.launch.kernel_name.startswith(_NO_SPILLS) and not r.error and r.spills():
             problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
-                            f"(the SSD kernels: no spills)")
+                            f"(the SSD kernels and the decoding step: no spills)")
     wide: dict[tuple, list[Result]] = {}
     for r in strict:
         if max(c.sizes["N"] for c in r.launch.cases()) > 16:
