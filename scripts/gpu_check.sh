@@ -5,7 +5,8 @@
 #
 # Made for a short lent GPU session (docs/gpu.md, "The one command"): it needs no package index when the
 # machine already has torch with CUDA, and each step has its own time limit, so the whole check ends within
-# BUDGET_S seconds (default 510) and a slow step loses its own results only. Environment:
+# BUDGET_S seconds (default 480: a lent session allows one prepared run of 8 minutes) and a slow step loses its
+# own results only; steps past the budget are skipped, so the last (the SSD bench) is the first to go. Environment:
 #   PYTHON                python with torch (default python3)
 #   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
 #                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
@@ -29,7 +30,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/gpu_check}"
 PYTHON="${PYTHON:-python3}"
-BUDGET_S="${BUDGET_S:-510}"
+BUDGET_S="${BUDGET_S:-480}"
 mkdir -p "$OUT"
 start=$(date +%s)
 status=0
