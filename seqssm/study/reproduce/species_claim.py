@@ -19,6 +19,7 @@ among them.
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -158,12 +159,12 @@ class SpeciesPretraining(Claim):
         return self.recipe(GENOMES_RECIPE, part="prepare")
 
     def data_folder(self) -> Path:
-        """<out>/data/context-genomes-<settings>, named by the structure's kind and fields too: genomes laid with
-        another structure are never read as these."""
+        """<out>/data/context-genomes-<settings>, named by the structure's kind and every field of it (defaults
+        included, in the class's order): genomes laid with another structure are never read as these."""
         s = self.genome_settings()
-        fields = dict(s["structure"])
+        fields = astuple(genome_structure(s["structure"]))
         tag = "-".join(str(v) for v in (s["chrom_length"], s["order"], s["concentration"], s["seed"],
-                                         fields.pop("kind", None), *fields.values()))
+                                         s["structure"]["kind"], *fields))
         return self.settings.out / "data" / f"context-genomes-{tag}"
 
     def prepare(self) -> list[str]:
