@@ -7,9 +7,9 @@ On synthetic genomes whose species signal is laid by `seqssm.data.generators.spe
 counts, which a reader resolves from a motif's right-hand context; or "pairs", ordered motif pairs across a gap,
 which a causal reader resolves at the second motif). The report prints what a perfect reader (the oracle) and a
 4-mer nearest-centroid classifier fitted on the same finetuning bases reach, and the claim's precondition on
-pretraining: NTP lowers the perplexity below the best count model of 5 to 7 bases (genomes.yaml's
-`count_model_orders`: beating the background chain's own order, 4-mers, shows local statistics learned, not the
-motif structure the species signal lives in); claim.yaml adds the "learned" one on finetuning. Each stage is a
+pretraining: NTP lowers the perplexity below the best count model of genomes.yaml's `count_model_orders` (5 to 11
+bases: beating the background chain's own order, 4-mers, shows local statistics learned, not the motif structure
+the species signal lives in); claim.yaml adds the "learned" one on finetuning. Each stage is a
 `seqssm fit` config from seqssm/recipes/reproduce/species/ on `seqssm.data.SpeciesDataModule`'s thesis split:
 pretraining on every training chromosome but the finetuning one, finetuning on the first `finetune_bases` of one
 chromosome per species. The runs are those of the arms claim.yaml names; a finetuning arm needs its pretraining stage
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import plots
 from seqssm.errors import ReproduceError
 
+from . import plots
 from .claim import Claim, Measurements, Metric, Run, Settings, TokenShape
 from .lra_claims import THESIS
 
