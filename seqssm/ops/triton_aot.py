@@ -276,7 +276,7 @@ class Launch:
 
 def capture(case: Case) -> list[Launch]:
     """The kernel launches `case` makes, none of them run."""
-    from seqssm.ops import triton_scan, triton_ssd, triton_step
+    from seqssm.ops.triton_loader import recording
 
     launches: list[Launch] = []
 
@@ -284,16 +284,8 @@ def capture(case: Case) -> list[Launch]:
         jit = kernel.fn if hasattr(kernel, "configs") else kernel
         launches.append(Launch(jit.__name__, kernel, grid, args, kwargs, case))
 
-    launchers = (triton_scan, triton_ssd, triton_step)
-    originals = [(m._for, m._launch) for m in launchers]
-    for module in launchers:
-        module._for = lambda device, module=module: (module._kernels(False), False)
-        module._launch = record
-    try:
+    with recording(record):
         case.run()
-    finally:
-        for module, (for_, launch) in zip(launchers, originals):
-            module._for, module._launch = for_, launch
     return launches
 
 

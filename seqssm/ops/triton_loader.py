@@ -7,6 +7,7 @@ live in one process (CUDA tensors compiled, CPU tensors interpreted under TRITON
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -30,10 +31,28 @@ def load_kernels(filename: str, interpret: bool):
     return module
 
 
+# The compile check's recorder (`recording`), None otherwise.
+_recorder = None
+
+
+@contextlib.contextmanager
+def recording(record):
+    """Inside, `launch` calls record(kernel, grid, *args, **kwargs) instead of running the kernel, and `kernels_for`
+    gives the compiled kernels on any device: the compile check (`seqssm.ops.triton_aot`) collects the launches the
+    launchers make on meta tensors."""
+    global _recorder
+    previous, _recorder = _recorder, record
+    try:
+        yield
+    finally:
+        _recorder = previous
+
+
 def kernels_for(filename: str, device: torch.device):
     """(the kernels of `filename` for tensors on `device`, interpreted?): interpreted on CPU, and everywhere under
-    TRITON_INTERPRET=1."""
-    return load_kernels(filename, interpreted(device)), interpreted(device)
+    TRITON_INTERPRET=1; compiled while `recording`."""
+    interpret = _recorder is None and interpreted(device)
+    return load_kernels(filename, interpret), interpret
 
 
 def interpreted(device: torch.device) -> bool:
@@ -42,6 +61,8 @@ def interpreted(device: torch.device) -> bool:
 
 
 def launch(kernel, grid, *args, **kwargs) -> None:
-    """Launch `kernel` on `grid` (the launchers call it through their own `_launch`, which the compile check
-    replaces to record launches instead)."""
+    """Launch `kernel` on `grid`; every launcher launches through here, so that `recording` sees each launch."""
+    if _recorder is not None:
+        _recorder(kernel, grid, *args, **kwargs)
+        return
     kernel[grid](*args, **kwargs)

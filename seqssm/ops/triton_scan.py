@@ -20,6 +20,8 @@ import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+
+_KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 from seqssm.ops.selective import _groups
 
 # Time steps per chunk of the linear scan. Scans inside a chunk are log-depth along the time axis of
@@ -52,21 +54,6 @@ _REGISTER_FILE = 65536
 _INT32_MAX = 2**31 - 1
 
 
-def _kernels(interpret: bool):
-    """The kernels module (triton_kernels.py), compiled or interpreted."""
-    return load_kernels("triton_kernels.py", interpret)
-
-
-def _for(device: torch.device):
-    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
-    return kernels_for("triton_kernels.py", device)
-
-
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    """Every kernel launch goes through here (the compile check records them instead)."""
-    launch(kernel, grid, *args, **kwargs)
-
-
 def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[tuple[int, int]]:
     """(BLOCK_D, num_warps) pairs the autotuner of the selective `direction` ("fwd" or "bwd") tries for chunks
     of `block_t` steps of 16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of
@@ -83,7 +70,7 @@ def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[
 @functools.lru_cache(maxsize=None)
 def _selective_tuned(direction: str, block_t: int, wide: bool):
     """The compiled selective kernel of `direction` under an autotuner over `selective_configs`."""
-    kernel = getattr(_kernels(False), f"selective_scan_{direction}")
+    kernel = getattr(load_kernels(_KERNELS, False), f"selective_scan_{direction}")
     configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
                              maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
                for d, w in selective_configs(direction, block_t, wide)]
@@ -126,7 +113,7 @@ def _empty(like: Tensor) -> Tensor:
 
 
 def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
-    kernels, interpret = _for(b.device)
+    kernels, interpret = kernels_for(_KERNELS, b.device)
     batch, length, feat = b.shape
     complex_ = b.is_complex()
     a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
@@ -146,13 +133,13 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     dummy = a_r
     if direction == "fwd":
         b_r = _real(b)
-        _launch(kernels.linear_scan_fwd, grid,
+        launch(kernels.linear_scan_fwd, grid,
                 a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
                 length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3],
                 *h0_strides, **flags)
     else:
         gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
-        _launch(kernels.linear_scan_bwd, grid,
+        launch(kernels.linear_scan_bwd, grid,
                 a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
                 gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
                 length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
@@ -260,7 +247,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     (batch, dim, L) outputs, all laid out alike (`_out_like`); the backward reads `grad_y` with its own
     strides. The autotuner picks BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its
     cost being per element."""
-    kernels, interpret = _for(u.device)
+    kernels, interpret = kernels_for(_KERNELS, u.device)
     batch, dim, length = u.shape
     n = A.shape[1]
     groups = _groups(B, C)
@@ -298,7 +285,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     # u stands for absent optional tensors and empty buffers (never read or written).
     tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets, *buffers)]
     strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
-    _launch(kernel, grid, *tensors, *sizes, *strides, **flags)
+    launch(kernel, grid, *tensors, *sizes, *strides, **flags)
 
 
 def _compute(u: Tensor) -> torch.dtype:

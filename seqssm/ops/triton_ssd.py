@@ -19,7 +19,9 @@ import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.checks import check_flags
-from seqssm.ops.triton_loader import interpreted, kernels_for, launch, load_kernels
+from seqssm.ops.triton_loader import interpreted, kernels_for, launch
+
+_KERNELS = "triton_ssd_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 
 # Steps per chunk of the kernels. A chunk's (tile, tile) decay and score matrices and its (tile, N) B, C and their
 # gradients are register tiles beside the (BLOCK_P, N) state or its gradient. At mamba2-130m widths (P 64, N 128,
@@ -35,21 +37,6 @@ _BLOCK_P = {False: 16, True: 4}
 _DOT = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 # Warps per program, forward and backward: the one-kernel backward spilled over 4 warps (the compile check).
 _WARPS = {"fwd": 8, "bwd": 8}
-
-
-def _kernels(interpret: bool):
-    """The kernels module (triton_ssd_kernels.py), compiled or interpreted."""
-    return load_kernels("triton_ssd_kernels.py", interpret)
-
-
-def _for(device: torch.device):
-    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
-    return kernels_for("triton_ssd_kernels.py", device)
-
-
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    """Every kernel launch goes through here (the compile check records them instead)."""
-    launch(kernel, grid, *args, **kwargs)
 
 
 def ssd_tile(chunk_size: int, length: int, interpret: bool) -> int:
@@ -81,7 +68,7 @@ def _chunks(length, steps: int):
 def _launch_args(x, dt, B, C, resets, tile):
     """The kernels of this call, the grid axis of (batch, head, channel block) programs, the sizes, the strides
     and the flags every kernel shares."""
-    kernels, interpret = _for(x.device)
+    kernels, interpret = kernels_for(_KERNELS, x.device)
     batch, length, heads, p = x.shape
     n = B.shape[3]
     block_p, block_n = _blocks(p, n, interpret)
@@ -109,7 +96,7 @@ def ssd_forward(x, dt, A, B, C, D, initial_state, resets, tile: int, seg_chunks:
     states = torch.empty(batch, n_segs if store_states else 0, heads, p, n, dtype=torch.float32, device=x.device)
     h0 = initial_state.contiguous() if initial_state is not None else None
     # x stands for absent optional tensors (never read or written).
-    _launch(kernels.ssd_fwd, (programs,), x, dt, A, B, C, D if D is not None else x, h0 if h0 is not None else x,
+    launch(kernels.ssd_fwd, (programs,), x, dt, A, B, C, D if D is not None else x, h0 if h0 is not None else x,
             resets if resets is not None else x, y, states if store_states else x, last, length, heads, p, n,
             heads // groups, n_pblocks, n_chunks, seg_chunks, n_segs, *strides, HAS_D=D is not None,
             HAS_H0=h0 is not None, STORE_STATES=store_states, num_warps=_WARPS["fwd"], **flags)
@@ -153,12 +140,12 @@ def ssd_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, tile: int
     kept = torch.empty(programs, n_segs, **f32)
     last = grad_last.contiguous() if grad_last is not None else None
     sizes = (length, heads, p, n, heads // groups, groups, n_pblocks, n_chunks)
-    _launch(kernels.ssd_bwd_dh, (programs,), x, dt, A, B, C, D if D is not None else x,
+    launch(kernels.ssd_bwd_dh, (programs,), x, dt, A, B, C, D if D is not None else x,
             resets if resets is not None else x, states, grad_y, last if last is not None else x, grad_x, grad_dt,
             grad_B, grad_A, grad_D, grad_h0, own, kept, *sizes, seg_chunks, n_segs, *strides, *grad_y.stride(),
             HAS_D=D is not None, HAS_H0=has_initial_state, HAS_GLAST=last is not None, num_warps=_WARPS["bwd"],
             **flags)
-    _launch(kernels.ssd_bwd_h, (programs, n_segs), x, dt, A, B, C, resets if resets is not None else x, states,
+    launch(kernels.ssd_bwd_h, (programs, n_segs), x, dt, A, B, C, resets if resets is not None else x, states,
             grad_y, grad_dt, grad_C, grad_A[1:], read, *sizes, seg_chunks, n_segs, *strides, *grad_y.stride(),
             num_warps=_WARPS["bwd"], **flags)
     # dL/d(a chunk's total log decay) is <dL/dh, h> at the chunk's end. Across a chunk that inner product gains the

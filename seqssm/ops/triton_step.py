@@ -18,7 +18,9 @@ import triton
 from torch import Tensor
 
 from seqssm.ops.selective import _selective_step_torch
-from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+from seqssm.ops.triton_loader import kernels_for, launch
+
+_KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 
 # Channels per program, compiled: mamba_ssm's choice for its step kernel, a (BLOCK_D, BLOCK_N) state tile of
 # 512 elements (4 per thread over 4 warps), so that N up to 128 holds no more registers than N = 16. The
@@ -26,21 +28,6 @@ from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
 _TILE = {False: 512, True: 64}
 _MAX_BLOCK_D = {False: 32, True: 8}
 _WARPS = 4
-
-
-def _kernels(interpret: bool):
-    """The kernels module (triton_kernels.py), compiled or interpreted."""
-    return load_kernels("triton_kernels.py", interpret)
-
-
-def _for(device: torch.device):
-    """The kernels for tensors on `device`: interpreted on CPU, and everywhere under TRITON_INTERPRET=1."""
-    return kernels_for("triton_kernels.py", device)
-
-
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    """Every kernel launch goes through here (the compile check records them instead)."""
-    launch(kernel, grid, *args, **kwargs)
 
 
 def _blocks(n: int, interpret: bool) -> tuple[int, int]:
@@ -53,7 +40,7 @@ def step_forward(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus: boo
     """The op's implementation (the compile check calls it on meta tensors): h (b, dim, N), u_t, delta_t, z_t
     (b, dim), A (dim, N), B_t, C_t (b, N) or (b, groups, N), D, delta_bias (dim,) -> (y_t (b, dim) in u_t's dtype,
     next h (b, dim, N) float32)."""
-    kernels, interpret = _for(u_t.device)
+    kernels, interpret = kernels_for(_KERNELS, u_t.device)
     batch, dim = u_t.shape
     n = A.shape[1]
     B3, C3 = (M.unsqueeze(1) if M.ndim == 2 else M for M in (B_t, C_t))  # (b, groups, N)
@@ -65,7 +52,7 @@ def step_forward(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus: boo
         return y, out
     z_strides = z_t.stride() if z_t is not None else (0, 0)
     # u_t stands for absent optional tensors (never read).
-    _launch(kernels.selective_step_fwd, (batch * n_dblocks,), h, u_t, delta_t, A, B3, C3,
+    launch(kernels.selective_step_fwd, (batch * n_dblocks,), h, u_t, delta_t, A, B3, C3,
             D if D is not None else u_t, z_t if z_t is not None else u_t,
             delta_bias if delta_bias is not None else u_t, y, out, dim, n, dim // B3.shape[1], n_dblocks,
             *h.stride(), *u_t.stride(), *delta_t.stride(), *A.stride(), *B3.stride(), *C3.stride(), *z_strides,
