@@ -313,3 +313,15 @@ def test_a_speed_ratio_is_judged_only_against_a_bound_on_comparable_hardware():
     judged = Comparison("t", "a", "b", "faster", "2x", margin=2.0, role="speed", hardware="one CPU thread")
     reported = Comparison("t", "a", "b", "faster", "measured on a GPU", role="speed")
     assert judged.counted and not reported.counted and reported.margin == 1.0
+
+
+def test_the_index_is_rebuilt_from_claims_reported_one_call_at_a_time(tmp_path, calls):
+    claim, _ = run_checked(tmp_path)
+    first = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    claims, summaries = report.reported([claim])
+    report.write_index(claims, summaries)
+    assert (tmp_path / "report.md").read_text() == first  # the same index as the call that ran the claim wrote
+    empty = FakeClaim(Settings(out=tmp_path / "elsewhere", recipes=tmp_path / "recipes"))
+    with pytest.raises(ReproduceError, match="no claim has been reported in .*elsewhere.*run `seqssm reproduce"):
+        report.reported([empty])

@@ -1,4 +1,4 @@
-"""`seqssm reproduce CLAIM|all|list`: the command line of the reproductions."""
+"""`seqssm reproduce CLAIM|all|list|index`: the command line of the reproductions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ def parser() -> ArgumentParser:
     p = ArgumentParser(prog="seqssm reproduce", description="Re-run a source paper's comparison in "
                                 "miniature with several seeds; write results.json, report.md and figures with a "
                                 "verdict per comparison. Finished runs are skipped on a second call.")
-    p.add_argument("claim", choices=[*CLAIMS, "all", "list"], help="a claim, `all` of them, or `list` them")
+    p.add_argument("claim", choices=[*CLAIMS, "all", "list", "index"],
+                   help="a claim, `all` of them, `list` them, or `index`: rebuild <out>/report.md from the claims "
+                        "already reported there (runs nothing)")
     p.add_argument("--seeds", type=int, default=None,
                    help="seeds per arm (default: the number the claim's claim.yaml declares for 80%% power)")
     p.add_argument("--out", type=Path, default=Path("runs/reproduce"), help="results folder (default runs/reproduce)")
@@ -47,6 +49,12 @@ def main(argv: list[str]) -> list[dict]:
             print(f"{name:20s} {cls.title} ({cls.source})\n{'':20s} {d.seeds} seeds (power {d.power():.2f} at the "
                   f"declared effect), {d.budget_text()}; --scale full: about {hours:.1f} h on one H100")
         return []
+    if ns.claim == "index":
+        from .report import reported, write_index
+
+        claims, summaries = reported([cls(Settings(out=ns.out, recipes=ns.recipes)) for cls in CLAIMS.values()])
+        print(f"[reproduce] index of {', '.join(c.name for c in claims)}: {write_index(claims, summaries)}")
+        return summaries
     require_matplotlib()
     settings = Settings(out=ns.out, seeds=ns.seeds, budget=ns.budget, smoke=ns.smoke, jobs=ns.jobs,
                         recipes=ns.recipes, scale=ns.scale)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from seqssm.errors import MissingExtraError
 
-from .claim import LAST_FIFTH, Claim, Comparison, Measurements, Run, learned_precondition
+from .claim import LAST_FIFTH, Claim, Comparison, Measurements, ReproduceError, Run, learned_precondition
 from .stats import ALPHA, holm, judge, mean, standard_error, welch_test
 
 REPORT, RESULTS = "report.md", "results.json"
@@ -465,6 +465,17 @@ def write_report(claim: Claim, parts: list[Part], prepare_notes: list[str]) -> d
 def reuse_mark(summary: dict) -> str:
     """"*" for a claim whose minutes do not cover all of its runs (some had finished before the call timed)."""
     return "\\*" if summary.get("reused_runs", 0) else ""
+
+
+def reported(claims: list[Claim]) -> tuple[list[Claim], list[dict]]:
+    """The claims that have been reported in their results folder, with their summaries (each claim's
+    results.json), in the order given; a clear error when none has."""
+    found = [(c, json.loads((c.root / RESULTS).read_text())) for c in claims if (c.root / RESULTS).is_file()]
+    if not found:
+        out = claims[0].settings.out if claims else "the results folder"
+        raise ReproduceError(f"no claim has been reported in {out} yet (no <claim>/{RESULTS}): run "
+                             "`seqssm reproduce CLAIM --out ...` first, then build the index")
+    return [c for c, _ in found], [s for _, s in found]
 
 
 def write_index(claims: list[Claim], summaries: list[dict]) -> Path:
