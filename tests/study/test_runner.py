@@ -242,8 +242,10 @@ def test_one_budget_is_run_and_its_check_read_from_the_same_runs(tmp_path, calls
     assert learned["holds"] and learned["check"].startswith("learned: the better arm (a) reaches 1.2")
     assert summary["verdicts"] == ["agrees", "agrees"] and summary["verdict"] == "agrees"
     assert summary["elapsed_s"] == main["elapsed_s"]  # the check ran nothing
+    assert [c["role"] for c in check["comparisons"]] == ["primary", "secondary"]  # no step times at the check
     md = (tmp_path / "fake" / "report.md").read_text()
     assert "### The check: the same runs at 0.5 of their training" in md
+    assert "no finished runs to compare" not in md and "the check does not compare it" in md
     assert "Budget, fixed before running: 1x the recipes' steps, with the verdict checked at 0.5" in md
     assert index_row(tmp_path).startswith("| [fake](fake/report.md) | nobody, 1.1 | agrees, at 100% of the "
                                           "full-scale plan's steps | agrees (0.5 of the budget) | 0 / 1 / 0 |")
