@@ -18,7 +18,7 @@ from seqssm.study.reproduce.species_claim import genome_structure
 from seqssm.study.reproduce.stats import power, seeds_for_power
 
 NAME = "species-pretraining"
-# the last run's finetuning accuracies of the pair, per seed (docs/reproduction/species-pretraining/report.md)
+# the last run's finetuning accuracies of the pair, per seed (its report, docs/reproduction/species-pretraining/report.md at commit 8389b1a)
 LAST_RUN = {"1x": {"mlm-bi": [0.208984375, 0.15234375, 0.19921875], "ntp": [0.197265625, 0.189453125, 0.19140625]},
             "2x": {"mlm-bi": [0.208984375, 0.1953125, 0.2265625], "ntp": [0.173828125, 0.2421875, 0.18359375]}}
 
