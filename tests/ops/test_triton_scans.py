@@ -9,6 +9,7 @@ from seqssm.ops import linear_scan, selective_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
 from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E402
+from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
        torch.float16: dict(atol=5e-3, rtol=5e-3)}
@@ -265,11 +266,7 @@ def test_triton_scans_trace_into_one_graph(device):
     leaves = [x for x in args if torch.is_tensor(x) and x.is_floating_point()]
     for x in leaves:
         x.requires_grad_()
-    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-    eager, fast = loss(*args), compiled(*args)
-    torch.testing.assert_close(fast, eager)
-    for g_fast, g_eager in zip(torch.autograd.grad(fast, leaves), torch.autograd.grad(eager, leaves)):
-        torch.testing.assert_close(g_fast, g_eager)
+    assert_one_graph_as_eager(loss, args, leaves)
 
 
 @pytest.mark.parametrize("return_last", [False, True])

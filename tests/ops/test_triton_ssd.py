@@ -10,6 +10,7 @@ from seqssm.ops.ssd import ssd_reference, ssd_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
 from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_segment, ssd_tile  # noqa: E402
+from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 NAMES = ("x", "dt", "A", "B", "C", "D", "initial_state")
 # float32 kernels against float64: sums of a few dozen terms (the GPU's dots are 3xTF32)
@@ -160,8 +161,4 @@ def test_ssd_triton_traces_into_one_graph(device):
         return y.square().sum() + last.sum()
 
     leaves = [inp[k] for k in NAMES]
-    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-    eager, fast = loss(*leaves), compiled(*leaves)
-    torch.testing.assert_close(fast, eager)
-    for g_fast, g_eager in zip(torch.autograd.grad(fast, leaves), torch.autograd.grad(eager, leaves)):
-        torch.testing.assert_close(g_fast, g_eager)
+    assert_one_graph_as_eager(loss, leaves, leaves)

@@ -13,6 +13,7 @@ from seqssm.ops.selective import _selective_step_torch
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
 from seqssm.ops.triton_step import selective_step_triton  # noqa: E402
+from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 NAMES = ("h", "u_t", "delta_t", "A", "B_t", "C_t", "D", "z_t", "delta_bias")
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=5e-3, rtol=5e-3),
@@ -130,8 +131,4 @@ def test_step_traces_into_one_graph(device):
         return y2.square().sum() + h.sum()
 
     leaves = [inp[k] for k in NAMES]
-    compiled = torch.compile(two_steps, fullgraph=True, backend="aot_eager")
-    eager, fast = two_steps(*leaves), compiled(*leaves)
-    torch.testing.assert_close(fast, eager)
-    for g_fast, g_eager in zip(torch.autograd.grad(fast, leaves), torch.autograd.grad(eager, leaves)):
-        torch.testing.assert_close(g_fast, g_eager)
+    assert_one_graph_as_eager(two_steps, leaves, leaves)
