@@ -39,7 +39,7 @@ def plan(path: Path) -> None:
     arms = []
     with tempfile.TemporaryDirectory() as out:
         for name, cls in CLAIMS.items():
-            if cls.full_scale_tokens is None:
+            if cls.full_scale_tokens is None or cls.replicates:  # a replication runs another claim's arms
                 continue
             claim = cls(Settings(out=Path(out), scale="full"))
             estimate_s = full_scale_s_per_unit(claim.declaration.full)

@@ -1,6 +1,7 @@
 """Every claim's runs are valid configs of the project's machinery at full and smoke size, with the sizes the
 recipes promise (parameter-matched widths), and the helpers claims measure with are right."""
 
+import json
 import math
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import torch
 
 from seqssm.errors import ReproduceError
 from seqssm.study.reproduce import CLAIMS, Settings, by_name
-from seqssm.study.reproduce.claim import RECIPES
+from seqssm.study.reproduce.claim import RECIPES, Declaration
 from seqssm.study.reproduce.lra_claims import BidirectionalClaim, ListOpsClaim, RopeClaim
+from seqssm.study.reproduce.report import plan, pooled_sd
 from seqssm.study.reproduce.rl_claims import RLClaim, corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
 from seqssm.study.reproduce.stats import power, seeds_for_power
@@ -88,6 +90,7 @@ def test_every_run_of_every_claim_is_a_valid_config(name, scale, monkeypatch, tm
 
 def test_the_registry_names_each_claim_once_with_its_recipes():
     assert all(name == cls.name and (RECIPES / name / "claim.yaml").is_file() for name, cls in CLAIMS.items())
+    assert all((RECIPES / cls.replicates).is_dir() for cls in CLAIMS.values() if cls.replicates)
     with pytest.raises(ReproduceError, match="every claim needs a name of its own"):
         by_name(RopeClaim, RopeClaim)
 
@@ -170,20 +173,62 @@ def test_the_declared_run_decides_its_claims_on_two_cores_in_under_three_hours()
     assert sum(CLAIMS[name](Settings(out=Path("/out"))).declaration.minutes for name in DECLARED_RUN) < 180
 
 
+DOCS = Path(__file__).parents[2] / "docs"
+
+
 def test_docs_state_the_declared_plan_as_claim_yaml_computes_it():
-    """docs/reproduction.md's declaration table: per claim the pair, effect, sd, seeds, power, budget, check and
-    minutes, as the claim.yaml gives them."""
-    lines = (Path(__file__).parents[2] / "docs" / "reproduction.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| claim | pair (primary) | smallest effect"))
-    table = lines[start + 2:lines.index("", start)]
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table}
-    assert set(rows) == set(PLAN)
-    for name in PLAN:
+    """docs/reproduction.md's declaration tables: per claim the pair, effect, sd, seeds, power, budget, check and
+    minutes, as the claim.yaml gives them: the declared run's claims, then the replication declared after it."""
+    lines = (DOCS / "reproduction.md").read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| claim | pair (primary) | smallest effect")]
+    tables = [{line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+               for line in lines[start + 2:lines.index("", start)]} for start in starts]
+    assert [set(rows) for rows in tables] == [set(PLAN), {"bidirectional-replication"}]
+    rows = tables[0] | tables[1]
+    for name in rows:
         d = CLAIMS[name](Settings(out=Path("/out"))).declaration
         pair, effect, sd, seeds, planned, _budget, check, minutes = rows[name][:8]
         assert pair == f"{d.primary.a} vs {d.primary.b}"
         assert (float(effect), float(sd), int(seeds), int(minutes)) == (d.effect, d.sd, d.seeds, d.minutes)
         assert planned == f"{d.power():.2f}" and check == f"{d.check:g}"
+
+
+def test_the_bidirectional_replication_runs_the_declared_runs_on_fresh_seeds_at_the_spread_they_measured():
+    """The replication's claim.yaml takes the pooled spread the declared run measured (its copied results.json), the
+    fewest seeds reaching 80% power at it, and seeds that run did not use; its runs are the declared claim's, seed for
+    seed, and it judges its own seeds only."""
+    first = CLAIMS["bidirectional"](Settings(out=Path("/out")))
+    again = CLAIMS["bidirectional-replication"](Settings(out=Path("/out")))
+    ran = json.loads((DOCS / "reproduction" / "bidirectional" / "results.json").read_text())["budgets"][0]
+    primary = next(c for c in ran["comparisons"] if c["role"] == "primary")
+    d = again.declaration
+    assert (primary["a"], primary["b"]) == (d.primary.a, d.primary.b) == (first.declaration.primary.a,
+                                                                           first.declaration.primary.b)
+    assert d.sd == round(pooled_sd(primary), 4) == 0.0174 and first.declaration.power(6, d.sd) < 0.8
+    assert d.seeds == seeds_for_power(d.primary.relation, d.effect, d.sd, d.primary.margin) and d.power() >= 0.8
+    assert ran["settings"]["seeds"] == len(first.seeds()) == d.first_seed == again.seeds()[0]
+    assert len(again.seeds()) == d.seeds and not set(again.seeds()) & set(first.seeds())
+    assert (d.effect, d.budgets, d.check, d.learned) == (first.declaration.effect, first.declaration.budgets,
+                                                         first.declaration.check, first.declaration.learned)
+    wider = {r.key: r.config for r in CLAIMS["bidirectional"](Settings(out=Path("/out"), seeds=17)).runs()}
+    assert all(r.config == wider[r.key] for r in again.runs()) and len(again.runs()) == 2 * d.seeds
+
+
+def test_the_replications_report_names_its_fresh_seeds():
+    replication = plan(CLAIMS["bidirectional-replication"](Settings(out=Path("/out"))),
+                       [{"role": "primary", "verdict": "no data"}])
+    assert "Seeds: 11 per arm (seeds 6 to 16, which no earlier run used). Planned (11 seeds)" in replication[2]
+    assert plan(CLAIMS["bidirectional"](Settings(out=Path("/out"))),
+                [{"role": "primary", "verdict": "no data"}])[2].startswith("Seeds: 6 per arm. Planned")
+
+
+def test_a_declared_first_seed_must_not_be_negative(tmp_path):
+    path = tmp_path / "claim.yaml"
+    path.write_text((RECIPES / "bidirectional-replication" / "claim.yaml").read_text()
+                    .replace("_base_: ../bidirectional", f"_base_: {RECIPES / 'bidirectional'}")
+                    .replace("first: 6", "first: -1"))
+    with pytest.raises(ReproduceError, match="seeds.first must be >= 0, got -1"):
+        Declaration.load(path, BidirectionalClaim.arms, tuple(m.name for m in BidirectionalClaim.metrics))
 
 
 def parameters(module):

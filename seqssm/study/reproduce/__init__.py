@@ -16,7 +16,7 @@ seqssm/recipes/reproduce/<claim>/ (claim.yaml declares what is compared). `CLAIM
 from seqssm.errors import ReproduceError
 
 from .claim import Claim, Settings
-from .lra_claims import BidirectionalClaim, RopeClaim
+from .lra_claims import BidirectionalClaim, BidirectionalReplication, RopeClaim
 from .rl_claims import BestArm, MemoryCorridor, MemoryLength, RepeatPrevious
 from .species_claim import SpeciesPretraining
 
@@ -32,6 +32,6 @@ def by_name(*claims: type[Claim]) -> dict[str, type[Claim]]:
 # A new claim is its Claim subclass (name, arms, metrics, ...), its entry here and its recipes' folder
 # seqssm/recipes/reproduce/<name>/.
 CLAIMS: dict[str, type[Claim]] = by_name(RepeatPrevious, MemoryCorridor, BestArm, MemoryLength, RopeClaim,
-                                         BidirectionalClaim, SpeciesPretraining)
+                                         BidirectionalClaim, BidirectionalReplication, SpeciesPretraining)
 
 __all__ = ["CLAIMS", "Claim", "ReproduceError", "Settings"]

@@ -35,8 +35,8 @@ LAST_FIFTH = 0.8  # the "learned" precondition's plateau: the metric at the end 
 
 @dataclass(frozen=True)
 class Settings:
-    """How a claim is run: seeds 0..seeds-1 (None: the number its claim.yaml declares), its declared budgets times
-    `budget` (1: as declared), at `scale` "mini" (this machine) or "full" (the source's settings, full.yaml), or at
+    """How a claim is run: `seeds` seeds from its declared first one (None: as many as its claim.yaml declares), its
+    declared budgets times `budget` (1: as declared), at `scale` "mini" (this machine) or "full" (the source's settings, full.yaml), or at
     the claim's smoke.yaml sizes (`smoke`: seconds, one budget); results under `out`, `jobs` runs side by side."""
 
     out: Path
@@ -185,7 +185,8 @@ def learned_precondition(learned: Learned, primary: Comparison, end: dict[str, d
 class Declaration:
     """A claim's claim.yaml: the source's metric and baseline (`metric`, words), the arms the miniature runs and its
     comparisons, the seeds with the planning numbers behind them (the smallest effect that matters in the miniature
-    and the seed-to-seed sd measured before), the budget: either one run budget (`factors`, one factor) with the
+    and the seed-to-seed sd measured before; `first_seed`: a replication starts past the seeds earlier runs used), the
+    budget: either one run budget (`factors`, one factor) with the
     fraction of it at which the same runs' curves check the verdict (`check`), or two run budgets (`factors`); the
     expected minutes on two cores, the "learned" precondition, and the full-scale plan with its own comparisons."""
 
@@ -202,6 +203,7 @@ class Declaration:
     check: float | None = None
     minutes: float | None = None
     learned: Learned | None = None
+    first_seed: int = 0
 
     @classmethod
     def load(cls, path: Path, arms: tuple[str, ...], metrics: tuple[str, ...], scale: str = "mini") -> Declaration:
@@ -219,7 +221,7 @@ class Declaration:
             declaration = cls(raw["metric"], comparisons, int(seeds["n"]), float(seeds["sd"]), float(seeds["effect"]),
                               seeds["why"], tuple(float(b) for b in budgets["factors"]), budgets["why"], full,
                               tuple(a for a in arms if a in run), budgets.get("check"), budgets.get("minutes"),
-                              learned)
+                              learned, int(seeds.get("first", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ReproduceError(f"{path}: {e}") from None
         primaries = [c for c in comparisons if c.role == "primary"]
@@ -230,6 +232,8 @@ class Declaration:
             raise ReproduceError(f"{path}: needs exactly one primary comparison (has {len(primaries)}) over the "
                                  f"arms it runs and the claim's metrics (unknown or not run: arms {unknown}, "
                                  f"metrics {unmeasured})")
+        if declaration.first_seed < 0:
+            raise ReproduceError(f"{path}: seeds.first must be >= 0, got {declaration.first_seed}")
         b = declaration.budgets
         if declaration.check is not None:
             if len(b) != 1 or not b[0] > 0 or not 0 < declaration.check < LAST_FIFTH:
@@ -289,6 +293,8 @@ class Claim:
     (and `prepare` when their runs need data written first, `plot` for the figure)."""
 
     name: str = ""  # command-line name and folder: seqssm/recipes/reproduce/<name>, <out>/<name>
+    # the claim whose runs (its recipes) a replication repeats on fresh seeds, declared anew
+    replicates: str = ""
     title: str = ""
     source: str = ""  # the paper and section, as a reader finds it
     claim: str = ""  # what the paper says, with its numbers
@@ -302,8 +308,8 @@ class Claim:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.root = settings.out / self.name
-        self.recipe_dir = settings.recipes / self.name
-        self.declaration = Declaration.load(self.recipe_dir / DECLARATION, self.arms,
+        self.recipe_dir = settings.recipes / (self.replicates or self.name)
+        self.declaration = Declaration.load(settings.recipes / self.name / DECLARATION, self.arms,
                                             tuple(m.name for m in self.metrics), settings.scale)
         self.comparisons = self.declaration.comparisons
         self.arms = self.declaration.arms  # the arms these settings run (the miniature: the primary pair's)
@@ -354,12 +360,15 @@ class Claim:
         return merge(config, (overlay.get("arms") or {}).get(arm) or {}) if arm and part == "run" else config
 
     def seeds(self) -> range:
-        """The seeds every arm runs: --seeds, else the full-scale plan's at full scale, else the declared ones."""
+        """The seeds every arm runs, from the declared first one: as many as --seeds, else the full-scale plan's at
+        full scale, else the declared number."""
         if self.settings.seeds is not None:
-            return range(self.settings.seeds)
-        if self.settings.scale == "full":
-            return range(int(self.declaration.full["seeds"]))
-        return range(self.declaration.seeds)
+            n = self.settings.seeds
+        elif self.settings.scale == "full":
+            n = int(self.declaration.full["seeds"])
+        else:
+            n = self.declaration.seeds
+        return range(self.declaration.first_seed, self.declaration.first_seed + n)
 
     def scaled(self, steps: int, multiple: int = 1) -> int:
         """`steps` times this budget's factor, rounded to a positive multiple of `multiple`."""

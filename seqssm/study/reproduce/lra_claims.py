@@ -165,3 +165,10 @@ class BidirectionalClaim(ListOpsClaim):
                            f"bidirectional one's {sum(bi) / len(bi):.1f} ms (Ulbaek 2024 thesis, 15.2.2: matched).")
         return m
 
+
+class BidirectionalReplication(BidirectionalClaim):
+    """The bidirectional claim's runs on fresh seeds, declared anew with the spread its declared run measured."""
+
+    name = "bidirectional-replication"
+    replicates = BidirectionalClaim.name
+    title = f"{BidirectionalClaim.title}: replication on fresh seeds"

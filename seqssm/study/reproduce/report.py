@@ -291,6 +291,7 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
     """The lines on the source's metric, the seeds and their power, the budgets and the full-scale plan."""
     d, s = claim.declaration, claim.settings
     n = len(claim.seeds())
+    fresh = "" if not d.first_seed else f" (seeds {claim.seeds()[0]} to {claim.seeds()[-1]}, which no earlier run used)"
     primary = next(c for c in comparisons if c["role"] == "primary")
     measured = pooled_sd(primary) if primary["verdict"] != "no data" else math.nan
     at_measured = "" if math.isnan(measured) else (f"; at the seed-to-seed sd measured here ({measured:.3g}) it is "
@@ -306,7 +307,7 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
         budgets = (f"Budget, fixed before running: {d.budgets[0]:g}x the recipes' steps, with the verdict checked at "
                    f"{d.check:g} of it in the same runs' curves")
     return [f"Source's metric and baseline: {d.metric}", "",
-            f"Seeds: {n} per arm. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
+            f"Seeds: {n} per arm{fresh}. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
             f"declared effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} seeds "
             f"run, {d.power(n):.2f}{at_measured}.", "",
             f"{budgets}{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budget)'}: "
@@ -327,7 +328,7 @@ def part_lines(part: Part, summary: dict, m: Measurements, walls: dict, label: s
                                                             else f"{claim.factor:g} x the recipes' steps")
     if part.at < 1:
         budget += f", read at {part.at:g} of their training from the same runs' curves"
-    lines = [f"### {label}", "", f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.name}/), "
+    lines = [f"### {label}", "", f"Setting: {s['seeds']} seeds, {budget} (recipes/reproduce/{claim.recipe_dir.name}/), "
              f"{s['jobs']} runs side by side; {part.timing.phrase()} on {s['cpus']} CPUs, load average "
              f"{s['load_start'][0]:.1f} at the start and {s['load_end'][0]:.1f} at the end.", ""]
     lines += ["Mean ± standard error over seeds:", "", *table(claim, m, walls), "", "Every seed:", "",
@@ -369,8 +370,8 @@ def budget_summary(part: Part, m: Measurements) -> dict:
     verdict = overall(comparisons, m.preconditions)
     return {
         "factor": claim.factor, "at": part.at, "folder": str(part.claim.folder),
-        "settings": {"seeds": len(claim.seeds()), "budget": claim.factor, "smoke": s.smoke, "scale": s.scale,
-                     "jobs": s.jobs, "cpus": os.cpu_count(), "load_start": timing.load_start,
+        "settings": {"seeds": len(claim.seeds()), "first_seed": claim.seeds()[0], "budget": claim.factor,
+                     "smoke": s.smoke, "scale": s.scale, "jobs": s.jobs, "cpus": os.cpu_count(), "load_start": timing.load_start,
                      "load_end": timing.load_end},
         "elapsed_s": round(timing.elapsed_s, 1), "reused_runs": timing.reused,
         "timing_from_earlier_call": timing.earlier,
