@@ -36,8 +36,9 @@ LAST_FIFTH = 0.8  # the "learned" precondition's plateau: the metric at the end 
 @dataclass(frozen=True)
 class Settings:
     """How a claim is run: `seeds` seeds from its declared first one (None: as many as its claim.yaml declares), its
-    declared budgets times `budget` (1: as declared), at `scale` "mini" (this machine) or "full" (the source's settings, full.yaml), or at
-    the claim's smoke.yaml sizes (`smoke`: seconds, one budget); results under `out`, `jobs` runs side by side."""
+    declared budgets times `budget` (1: as declared), at `scale` "mini" (this machine) or "full" (the source's
+    settings, full.yaml), or at the claim's smoke.yaml sizes (`smoke`: seconds, one budget); results under `out`,
+    `jobs` runs side by side."""
 
     out: Path
     seeds: int | None = None
@@ -186,9 +187,9 @@ class Declaration:
     """A claim's claim.yaml: the source's metric and baseline (`metric`, words), the arms the miniature runs and its
     comparisons, the seeds with the planning numbers behind them (the smallest effect that matters in the miniature
     and the seed-to-seed sd measured before; `first_seed`: a replication starts past the seeds earlier runs used), the
-    budget: either one run budget (`factors`, one factor) with the
-    fraction of it at which the same runs' curves check the verdict (`check`), or two run budgets (`factors`); the
-    expected minutes on two cores, the "learned" precondition, and the full-scale plan with its own comparisons."""
+    budget: either one run budget (`factors`, one factor) with the fraction of it at which the same runs' curves
+    check the verdict (`check`), or two run budgets (`factors`); the expected minutes on two cores, the "learned"
+    precondition, and the full-scale plan with its own comparisons."""
 
     metric: str
     comparisons: tuple[Comparison, ...]

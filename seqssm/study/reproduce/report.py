@@ -290,8 +290,9 @@ def full_scale_estimate(claim: Claim) -> tuple[float, int]:
 def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
     """The lines on the source's metric, the seeds and their power, the budgets and the full-scale plan."""
     d, s = claim.declaration, claim.settings
-    n = len(claim.seeds())
-    fresh = "" if not d.first_seed else f" (seeds {claim.seeds()[0]} to {claim.seeds()[-1]}, which no earlier run used)"
+    seeds = claim.seeds()
+    n = len(seeds)
+    fresh = "" if not d.first_seed else f" (seeds {seeds[0]} to {seeds[-1]}, which no earlier run used)"
     primary = next(c for c in comparisons if c["role"] == "primary")
     measured = pooled_sd(primary) if primary["verdict"] != "no data" else math.nan
     at_measured = "" if math.isnan(measured) else (f"; at the seed-to-seed sd measured here ({measured:.3g}) it is "
@@ -307,9 +308,9 @@ def plan(claim: Claim, comparisons: list[dict]) -> list[str]:
         budgets = (f"Budget, fixed before running: {d.budgets[0]:g}x the recipes' steps, with the verdict checked at "
                    f"{d.check:g} of it in the same runs' curves")
     return [f"Source's metric and baseline: {d.metric}", "",
-            f"Seeds: {n} per arm{fresh}. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison at the "
-            f"declared effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} seeds "
-            f"run, {d.power(n):.2f}{at_measured}.", "",
+            f"Seeds: {n} per arm{fresh}. Planned ({d.seeds} seeds): power {d.power():.2f} for the primary comparison "
+            f"at the declared effect {d.effect:g} with seed-to-seed sd {d.sd:g} ({d.seeds_why});{short} with the {n} "
+            f"seeds run, {d.power(n):.2f}{at_measured}.", "",
             f"{budgets}{'' if s.budget == 1 else f', times --budget {s.budget:g} (not the declared budget)'}: "
             f"{d.budgets_why}",
             "", f"Full scale: `seqssm reproduce {claim.name} --scale full` ({full['settings']}; {count} runs, "
@@ -371,8 +372,8 @@ def budget_summary(part: Part, m: Measurements) -> dict:
     return {
         "factor": claim.factor, "at": part.at, "folder": str(part.claim.folder),
         "settings": {"seeds": len(claim.seeds()), "first_seed": claim.seeds()[0], "budget": claim.factor,
-                     "smoke": s.smoke, "scale": s.scale, "jobs": s.jobs, "cpus": os.cpu_count(), "load_start": timing.load_start,
-                     "load_end": timing.load_end},
+                     "smoke": s.smoke, "scale": s.scale, "jobs": s.jobs, "cpus": os.cpu_count(),
+                     "load_start": timing.load_start, "load_end": timing.load_end},
         "elapsed_s": round(timing.elapsed_s, 1), "reused_runs": timing.reused,
         "timing_from_earlier_call": timing.earlier,
         "arms": {arm: {name: {"values": v, "mean": mean(v), "se": standard_error(v)} for name, v in metrics.items()}
