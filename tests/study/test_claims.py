@@ -16,7 +16,7 @@ from seqssm.study.reproduce.lra_claims import BidirectionalClaim, ListOpsClaim, 
 from seqssm.study.reproduce.report import plan, pooled_sd
 from seqssm.study.reproduce.rl_claims import RLClaim, corridors_opened
 from seqssm.study.reproduce.species_claim import kmer_perplexity
-from seqssm.study.reproduce.stats import power, seeds_for_power
+from seqssm.study.reproduce.stats import power, seeds_for_power, welch_test
 
 
 def needs_rl_extra(name=None):
@@ -221,6 +221,42 @@ def test_the_replications_report_names_its_fresh_seeds():
     assert plan(CLAIMS["bidirectional"](Settings(out=Path("/out"))),
                 [{"role": "primary", "verdict": "no data"}])[2].startswith("Seeds: 6 per arm. Planned")
 
+
+
+def _to_its_digits(text, value):
+    """Does the number `text` (as a table prints it, "+0.023", "0.0008") round `value` to its own decimals?"""
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value) <= 0.5 * 10 ** -decimals + 1e-12
+
+
+def test_docs_state_each_claims_outcome_as_its_copied_results_json_records_it():
+    """docs/reproduction.md's "What each claim got" row of every claim that ran (its results.json copied beside the
+    page): the verdict, seeds, measured sd and the power at it, p for / against and the interval, each as the
+    recorded seed values compute them, to the digits printed."""
+    lines = (DOCS / "reproduction.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| claim | pair | seeds (declared power)"))
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                             for line in lines[start + 2:lines.index("", start)])}
+    ran = sorted(p.parent.name for p in (DOCS / "reproduction").glob("*/results.json"))
+    assert set(ran) <= set(rows) and "bidirectional-replication" in ran
+    for name in ran:
+        results = json.loads((DOCS / "reproduction" / name / "results.json").read_text())
+        budget = results["budgets"][0]
+        primary = next(c for c in budget["comparisons"] if c["role"] == "primary")
+        _pair, seeds, sd, power_measured, verdict, p, difference = rows[name][:7]
+        d = CLAIMS[name](Settings(out=Path("/out"))).declaration
+        assert verdict.startswith(results["qualified"].split(" (")[0]), name
+        n = len(primary["a_values"])
+        assert seeds.startswith(f"{n} ({d.power(n):.2f})") and n == len(primary["b_values"]) == d.seeds, name
+        measured = pooled_sd(primary)
+        assert _to_its_digits(sd.split(" / ")[1], measured) and power_measured == f"{d.power(n, measured):.2f}", name
+        again = welch_test(primary["relation"], primary["a_values"], primary["b_values"], primary["margin"])
+        assert again.p == pytest.approx(primary["p"], abs=1e-12), name
+        p_for, p_against = p.split(" / ")
+        assert _to_its_digits(p_for, again.p) and (p_against == "–" or _to_its_digits(p_against, again.p_against))
+        estimate, low, high = difference.replace("[", "").replace("]", "").replace(",", "").split()
+        assert all(_to_its_digits(text, value) for text, value in zip((estimate, low, high),
+                                                                         (again.estimate, *again.interval))), name
 
 def test_a_declared_first_seed_must_not_be_negative(tmp_path):
     path = tmp_path / "claim.yaml"
