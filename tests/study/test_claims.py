@@ -176,13 +176,19 @@ def test_the_declared_run_decides_its_claims_on_two_cores_in_under_three_hours()
 DOCS = Path(__file__).parents[2] / "docs"
 
 
+def _doc_tables(header):
+    """Every table of docs/reproduction.md whose header row starts with `header`: {first cell: the other cells}."""
+    lines = (DOCS / "reproduction.md").read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    return [{cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                              for line in lines[start + 2:lines.index("", start)])}
+            for start in starts]
+
+
 def test_docs_state_the_declared_plan_as_claim_yaml_computes_it():
     """docs/reproduction.md's declaration tables: per claim the pair, effect, sd, seeds, power, budget, check and
     minutes, as the claim.yaml gives them: the declared run's claims, then the replication declared after it."""
-    lines = (DOCS / "reproduction.md").read_text().splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("| claim | pair (primary) | smallest effect")]
-    tables = [{line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-               for line in lines[start + 2:lines.index("", start)]} for start in starts]
+    tables = _doc_tables("| claim | pair (primary) | smallest effect")
     assert [set(rows) for rows in tables] == [set(PLAN), {"bidirectional-replication"}]
     rows = tables[0] | tables[1]
     for name in rows:
@@ -222,7 +228,6 @@ def test_the_replications_report_names_its_fresh_seeds():
                 [{"role": "primary", "verdict": "no data"}])[2].startswith("Seeds: 6 per arm. Planned")
 
 
-
 def _to_its_digits(text, value):
     """Does the number `text` (as a table prints it, "+0.023", "0.0008") round `value` to its own decimals?"""
     decimals = len(text.split(".")[1]) if "." in text else 0
@@ -233,10 +238,7 @@ def test_docs_state_each_claims_outcome_as_its_copied_results_json_records_it():
     """docs/reproduction.md's "What each claim got" row of every claim that ran (its results.json copied beside the
     page): the verdict, seeds, measured sd and the power at it, p for / against and the interval, each as the
     recorded seed values compute them, to the digits printed."""
-    lines = (DOCS / "reproduction.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| claim | pair | seeds (declared power)"))
-    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]]
-                                             for line in lines[start + 2:lines.index("", start)])}
+    (rows,) = _doc_tables("| claim | pair | seeds (declared power)")
     ran = sorted(p.parent.name for p in (DOCS / "reproduction").glob("*/results.json"))
     assert set(ran) <= set(rows) and "bidirectional-replication" in ran
     for name in ran:
@@ -257,6 +259,7 @@ def test_docs_state_each_claims_outcome_as_its_copied_results_json_records_it():
         estimate, low, high = difference.replace("[", "").replace("]", "").replace(",", "").split()
         assert all(_to_its_digits(text, value) for text, value in zip((estimate, low, high),
                                                                          (again.estimate, *again.interval))), name
+
 
 def test_a_declared_first_seed_must_not_be_negative(tmp_path):
     path = tmp_path / "claim.yaml"

@@ -369,9 +369,10 @@ def budget_summary(part: Part, m: Measurements) -> dict:
     declared = claim.comparisons if part.at == 1 else tuple(c for c in claim.comparisons if c.role != "speed")
     comparisons = compare(declared, m.values)
     verdict = overall(comparisons, m.preconditions)
+    seeds = claim.seeds()
     return {
         "factor": claim.factor, "at": part.at, "folder": str(part.claim.folder),
-        "settings": {"seeds": len(claim.seeds()), "first_seed": claim.seeds()[0], "budget": claim.factor,
+        "settings": {"seeds": len(seeds), "first_seed": seeds[0], "budget": claim.factor,
                      "smoke": s.smoke, "scale": s.scale, "jobs": s.jobs, "cpus": os.cpu_count(),
                      "load_start": timing.load_start, "load_end": timing.load_end},
         "elapsed_s": round(timing.elapsed_s, 1), "reused_runs": timing.reused,
