@@ -59,8 +59,19 @@ class ConvSSPBranch(ChannelsFirstLayer):
 
     def _step(self, x_t, state):
         conv_state, ssp_state = state
-        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias)
-        y, ssp_state = self.ssp.step(F.silu(h), ssp_state)
+        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        y, ssp_state = self.ssp.step(h, ssp_state)
+        return y, (conv_state, ssp_state)
+
+    def gated_step(self, x_t: torch.Tensor, z_t: torch.Tensor, state):
+        """x_t, z_t (B, d_inner), state -> (`step`'s output * SiLU(z_t), next state): `gated_channels_first` for one
+        step, the gate inside S6's step kernel."""
+        if not isinstance(self.ssp, S6):
+            y, state = self.step(x_t, state)
+            return y * F.silu(z_t), state
+        conv_state, ssp_state = state
+        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        y, ssp_state = self.ssp.gated_step(h, z_t, ssp_state)
         return y, (conv_state, ssp_state)
 
     def initial_state(self, batch_size: int, device=None, dtype=None):
@@ -178,6 +189,9 @@ class MambaBlock(SequenceLayer):
     def _step(self, x_t, state):
         """x_t (B, d_model), state -> (y_t (B, d_model), state)."""
         xi, z = self._project(x_t)
+        if len(self.branches) == 1:
+            y, state = self.branches[0].gated_step(xi, z, state)
+            return self._finish(x_t, y), state
         outs = [branch.step(xi, s) for branch, s in zip(self.branches, self._states(state))]
         return self._finish(x_t, sum(o[0] for o in outs) * F.silu(z)), self._pack([o[1] for o in outs])
 

@@ -139,8 +139,8 @@ class Mamba2Block(SequenceLayer):
         states = (state,) if self.second_ssm is None else state
         ys, new = [], []
         for (conv, ssm), (conv_state, ssd_state) in zip(self._branches(), states):
-            h, conv_state = causal_conv1d_step(xbc, conv_state, conv.weight[:, 0], conv.bias)
-            u, B, C = self._ssm_inputs(F.silu(h))
+            h, conv_state = causal_conv1d_step(xbc, conv_state, conv.weight[:, 0], conv.bias, silu=True)
+            u, B, C = self._ssm_inputs(h)
             y, ssd_state = ssm.step_projected(u, dt, B, C, ssd_state)
             ys.append(y)
             new.append((conv_state, ssd_state))

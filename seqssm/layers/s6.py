@@ -161,11 +161,16 @@ class S6(ChannelsFirstLayer):
         """x_t (B, d_model), state (B, d_model, d_state) -> (y_t (B, d_model), next state)."""
         return self.step_projected(x_t, *self.project(x_t), state)
 
-    def step_projected(self, u_t, delta_t, B_t, C_t, state):
+    def gated_step(self, x_t: torch.Tensor, z_t: torch.Tensor, state):
+        """x_t, z_t (B, d_model), state -> (`step(x_t)`'s output * SiLU(z_t), next state), the gate inside the step
+        kernel (as `gated_forward_channels_first` in the scan's)."""
+        return self.step_projected(x_t, *self.project(x_t), state, z_t=z_t)
+
+    def step_projected(self, u_t, delta_t, B_t, C_t, state, z_t=None):
         """One step after the projections: u_t, delta_t (Δ before its bias) (B, d_model), B_t, C_t (B, d_state),
-        state -> (y_t (B, d_model), next state)."""
+        state, the gate z_t (B, d_model) or None -> (y_t (B, d_model), times SiLU(z_t) when given, next state)."""
         ssm = self._ssm_dtype
         A = step_system(self, lambda dtype: self.A, ssm)
-        y, state = selective_step(state, self._widen(u_t), delta_t, A, B_t, C_t, self.D.to(ssm),
+        y, state = selective_step(state, self._widen(u_t), delta_t, A, B_t, C_t, self.D.to(ssm), z_t=z_t,
                                   delta_bias=self.dt_proj.bias.to(ssm), delta_softplus=True)
         return y.to(u_t.dtype), state

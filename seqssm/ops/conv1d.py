@@ -7,7 +7,9 @@ reset at t (resets[b, t] = True) hides every input before t from outputs at t an
 Backends: "reference" runs the recurrence step by step; "torch" sums K shifted copies of the
 left-padded input (resets mask the taps), on CPU and on CUDA; on CUDA "auto" prefers the
 `causal_conv1d` package when it is installed and the call has neither an initial state nor resets (through
-the custom op of `seqssm.ops.cuda_packages`).
+the custom op of `seqssm.ops.cuda_packages`). `causal_conv1d_step`, one step of decoding, has "torch" (a few
+torch ops) and, "auto" on CUDA, "triton" (one kernel: window, taps, bias and SiLU, as causal_conv1d's
+`causal_conv1d_update` does).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from seqssm.errors import InputShapeError
-from seqssm.ops.backend import CUDA, NEVER, Backend, Call, causal_conv1d_package, choose, register
+from seqssm.ops.backend import (
+    CUDA, NEVER, Backend, Call, causal_conv1d_package, choose, register, triton_device_check, triton_missing
+)
 from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.cuda_packages import causal_conv1d_package_op
 from seqssm.ops.layout import is_channels_last
@@ -68,7 +72,7 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
     for t in range(length):
         if resets is not None:
             state = state * (~resets[:, t]).to(x.dtype)[:, None, None]
-        y_t, state = causal_conv1d_step(x[..., t], state, weight, bias)
+        y_t, state = _causal_conv1d_step_torch(x[..., t], state, weight, bias)
         ys.append(y_t)
     y = torch.stack(ys, -1) if ys else torch.zeros_like(x)
     return (y, state) if return_final_state else y
@@ -131,14 +135,38 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     return choose("causal_conv1d", backend, call)(x, weight, bias, initial_state, resets, return_final_state)
 
 
-def causal_conv1d_step(x_t, state, weight, bias=None):
-    """One step: x_t (batch, dim), state (batch, dim, K-1) -> (y_t (batch, dim), next state)."""
-    check_floating("causal_conv1d_step", x_t=x_t, state=state, weight=weight, bias=bias)
+def _check_step(x_t, state, weight, bias):
+    """Refuse shapes `causal_conv1d_step` cannot take (its kernel reads by them unchecked) with InputShapeError."""
+    if x_t.ndim != 2 or weight.ndim != 2 or weight.shape[0] != x_t.shape[1]:
+        raise InputShapeError(f"causal_conv1d_step: need x_t (batch, dim) and weight (dim, K); "
+                              f"got {tuple(x_t.shape)} and {tuple(weight.shape)}")
+    expected = (x_t.shape[0], x_t.shape[1], weight.shape[1] - 1)
+    if state.shape != expected:
+        raise InputShapeError(f"causal_conv1d_step: state must be (batch, dim, K-1) = {expected}, got "
+                              f"{tuple(state.shape)}")
+    if bias is not None and bias.shape != (x_t.shape[1],):
+        raise InputShapeError(f"causal_conv1d_step: bias must be (dim,) = ({x_t.shape[1]},), got {tuple(bias.shape)}")
+
+
+def _causal_conv1d_step_torch(x_t, state, weight, bias=None, silu=False):
     window = torch.cat([state.to(x_t.dtype), x_t.unsqueeze(-1)], dim=-1)
     y = (window * weight).sum(-1)
     if bias is not None:
         y = y + bias
-    return y, window[..., 1:]
+    return (F.silu(y) if silu else y), window[..., 1:]
+
+
+def causal_conv1d_step(x_t, state, weight, bias=None, silu: bool = False, *, backend: str = "auto"):
+    """One step: x_t (batch, dim), state (batch, dim, K-1), weight (dim, K), bias (dim,) -> (y_t (batch, dim), next
+    state (batch, dim, K-1) in x_t's dtype); y_t = SiLU(conv) with `silu` (the Mamba blocks' activation), in the
+    promoted dtype of x_t, weight and bias. backend: one of `backends("causal_conv1d_step")`; "auto" takes the Triton
+    kernel (one launch per step) on CUDA for float16 / bfloat16 / float32."""
+    check_floating("causal_conv1d_step", x_t=x_t, state=state, weight=weight, bias=bias)
+    _check_step(x_t, state, weight, bias)
+    if x_t.numel() == 0:  # no kernel to launch: the torch path gives the empty results
+        return _causal_conv1d_step_torch(x_t, state, weight, bias, silu)
+    call = Call(x_t.device, tuple(t.dtype for t in (x_t, state, weight, bias) if t is not None))
+    return choose("causal_conv1d_step", backend, call)(x_t, state, weight, bias, silu)
 
 
 def _causal_conv1d_package_check(call: Call) -> str | None:
@@ -163,3 +191,8 @@ register(Backend("causal_conv1d", "causal_conv1d", _causal_conv1d_package, devic
                  dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), initial_state=False, resets=False,
                  available=lambda: causal_conv1d_package()[1], check=_causal_conv1d_package_check))
 register(Backend("causal_conv1d", "torch", _causal_conv1d_torch))
+register(Backend("causal_conv1d_step", "triton", "seqssm.ops.triton_step:causal_conv1d_step_triton",
+                 devices=frozenset({"cuda", "cpu"}), auto_devices=CUDA,
+                 dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), available=triton_missing,
+                 check=triton_device_check))
+register(Backend("causal_conv1d_step", "torch", _causal_conv1d_step_torch))

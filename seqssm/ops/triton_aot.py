@@ -14,7 +14,7 @@ with the ptxas inside the triton wheel. Registers, stack and shared memory are r
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
 and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels and the
-decoding step's (`seqssm.ops.triton_step`) no spills).
+decoding step's two (`seqssm.ops.triton_step`) no spills).
 
 Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
 `triton.runtime.driver.set_active`); other releases may move these.
@@ -43,8 +43,8 @@ ARCHS = (80, 90)
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One call the layers make: `op` "selective", "linear", "ssd" or "step" (one decoding step of S6), the dtype of
-    the inputs, sizes and flags."""
+    """One call the layers make: `op` "selective", "linear", "ssd" or "step" (one decoding step of the Mamba block),
+    the dtype of the inputs, sizes and flags."""
 
     name: str
     op: str
@@ -141,19 +141,25 @@ def _ssd_call(case: Case) -> None:
 
 
 def _step_call(case: Case) -> None:
-    """The Triton decoding step as S6.step_projected calls it: u_t, Δ_t (dt_proj's output) in the layer's dtype,
-    B_t and C_t slices of x_proj's (b, dt_rank + 2N) output; the state, A, D and Δ's bias float32. Forward only:
-    decoding asks no gradient (the op's backward is the torch path)."""
+    """The Triton kernels of one decoding step of the Mamba block, as it calls them. The conv step: x_t the first
+    half of in_proj's (b, 2 d) output, its (b, d, 3) state, the conv's (d, 4) taps and bias, in the layer's dtype.
+    The S6 step (S6.step_projected): u_t, Δ_t (dt_proj's output) and the gate z_t in the layer's dtype, B_t and C_t
+    slices of x_proj's (b, dt_rank + 2N) output; the state, A, D and Δ's bias float32. Forward only: decoding asks
+    no gradient (the ops' backwards are the torch paths)."""
     from seqssm.ops import triton_step
 
     s, dt = case.sizes, case.dtype
     b, d, n = s["batch"], s["dim"], s["N"]
+    layer = dict(dtype=dt, grad=False)
+    xz = _leaf(b, 2 * d, **layer)
+    triton_step.conv_step_forward(xz[:, :d], _leaf(b, d, 3, **layer), _leaf(d, 1, 4, **layer)[:, 0], _leaf(d, **layer),
+                                  True)
     rank = -(-d // 16)  # mamba's dt_rank, d_model / 16
     f32 = dict(dtype=torch.float32, grad=False)
     proj = _leaf(b, rank + 2 * n, dtype=dt, grad=False)
     triton_step.step_forward(_leaf(b, d, n, **f32), _leaf(b, d, dtype=dt, grad=False),
                              _leaf(b, d, dtype=dt, grad=False), _leaf(d, n, **f32), proj[:, rank:rank + n],
-                             proj[:, rank + n:], _leaf(d, **f32), None, _leaf(d, **f32), True)
+                             proj[:, rank + n:], _leaf(d, **f32), xz[:, d:], _leaf(d, **f32), True)
 
 
 # The shapes the project runs: the Ulbaek 2024 thesis models (batch 32, d_inner 232, N 16, L 16384),
@@ -185,7 +191,7 @@ def cases(tier: str = "quick") -> list[Case]:
         Case("S4D stress, 2^31 elements per row", "linear", torch.float32, S4D_STRESS, frozenset({"resets"})),
         Case("SSD training in the Mamba-2 layer, bf16", "ssd", torch.bfloat16, MAMBA2_130M),
         Case("SSD training in the Mamba-2 layer, float32", "ssd", torch.float32, MAMBA2_130M),
-        *(Case(f"S6 decoding step, batch {shape['batch']}, {str(dtype).removeprefix('torch.')}", "step", dtype, shape,
+        *(Case(f"Mamba decoding step, batch {shape['batch']}, {str(dtype).removeprefix('torch.')}", "step", dtype, shape,
                grad=False) for shape in MAMBA_130M_DECODE for dtype in (torch.bfloat16, torch.float32)),
     ]
     if tier == "quick":
@@ -347,8 +353,9 @@ class Result:
             return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}"
         if "BLOCK_Q" in k:
             return f"BLOCK_Q={k['BLOCK_Q']} BLOCK_P={k['BLOCK_P']} warps={k['num_warps']}"
-        if "BLOCK_N" in k:
-            return f"BLOCK_D={k['BLOCK_D']} BLOCK_N={k['BLOCK_N']} warps={k['num_warps']}"
+        if "BLOCK_N" in k or "BLOCK_K" in k:
+            inner = "BLOCK_N" if "BLOCK_N" in k else "BLOCK_K"
+            return f"BLOCK_D={k['BLOCK_D']} {inner}={k[inner]} warps={k['num_warps']}"
         return f"BLOCK_F={k.get('BLOCK_F')} warps={c.get('num_warps', 4)}"
 
     def spills(self) -> bool:
@@ -437,8 +444,8 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
     return results
 
 
-# Kernels that may not spill in any compile: the SSD scan's, and the decoding step's.
-_NO_SPILLS = ("ssd_", "selective_step")
+# Kernels that may not spill in any compile: the SSD scan's, and the decoding step's two.
+_NO_SPILLS = ("ssd_", "selective_step", "conv1d_step")
 
 
 def _is_selective(r: Result) -> bool:

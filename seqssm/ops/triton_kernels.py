@@ -608,3 +608,36 @@ def selective_step_fwd(
         y = y * z / (1.0 + tl.exp(-z))
     tl.store(y_ptr + pid_b * dim + d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
     tl.store(out_ptr + pid_b * dim * n + d[:, None] * n + offs_n[None, :], h, mask=mask)
+
+
+@triton.jit
+def conv1d_step_fwd(
+    x_ptr, state_ptr, w_ptr, bias_ptr, y_ptr, out_ptr,
+    dim, width, n_dblocks,
+    s_xb, s_xd, s_sb, s_sd, s_sk, s_wd, s_wk,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # One decoding step of the causal depthwise conv. A program owns one batch row and BLOCK_D channels: the window
+    # (the K-1 carried inputs, then x_t) times the taps, plus the bias, through SiLU with SILU; float32 throughout.
+    # The window's last K-1 entries go to a new (batch, dim, K-1) tensor `out`, contiguous, in out's dtype.
+    pid = tl.program_id(0)
+    pid_b = tl.cast(pid // n_dblocks, tl.int64)
+    d = (pid % n_dblocks) * BLOCK_D + tl.arange(0, BLOCK_D)
+    k = tl.arange(0, BLOCK_K)
+    mask_d = d < dim
+    window = tl.load(state_ptr + pid_b * s_sb + d[:, None] * s_sd + k[None, :] * s_sk,
+                     mask=mask_d[:, None] & (k < width - 1)[None, :], other=0.0)
+    window = window.to(x_ptr.dtype.element_ty).to(tl.float32)  # the state in x_t's dtype, as the torch path reads it
+    x = tl.load(x_ptr + pid_b * s_xb + d * s_xd, mask=mask_d, other=0.0).to(tl.float32)
+    window = tl.where((k == width - 1)[None, :], x[:, None], window)
+    taps = tl.load(w_ptr + d[:, None] * s_wd + k[None, :] * s_wk, mask=mask_d[:, None] & (k < width)[None, :],
+                   other=0.0).to(tl.float32)
+    y = _sum(window * taps, axis=1)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(tl.float32)
+    if SILU:
+        y = y / (1.0 + tl.exp(-y))
+    tl.store(y_ptr + pid_b * dim + d, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    # Entry k of the window (k >= 1) is entry k - 1 of the next state.
+    tl.store(out_ptr + pid_b * dim * (width - 1) + d[:, None] * (width - 1) + (k - 1)[None, :],
+             window.to(out_ptr.dtype.element_ty), mask=mask_d[:, None] & (k >= 1)[None, :] & (k < width)[None, :])

@@ -1,4 +1,4 @@
-"""The Triton backend of `selective_step` (`seqssm.ops.selective`): one decoding step of S6 in one kernel
+"""The Triton backends of the decoding steps. `selective_step` (`seqssm.ops.selective`): one step of S6 in one kernel
 (`selective_step_fwd` of `seqssm.ops.triton_kernels`: Δ bias and softplus, exp(Δ A), the state update, C·h + D u
 and the SiLU(z) gate), as mamba_ssm's `selective_state_update` does, registered as a `torch.library` custom op with
 a fake implementation so that `torch.compile(fullgraph=True)` keeps it in its graph.
@@ -8,15 +8,21 @@ The op is functional: it writes the next state into a new tensor instead of upda
 mutates nothing needs no aliasing annotations for torch.compile, and a CUDA graph replays it as well, its output
 buffers being the graph's own. Its backward recomputes the torch path (`torch.func.vjp`), so that gradients stay
 correct wherever a step is trained through; decoding runs without gradients and never pays for it.
-On CPU tensors the kernel runs in Triton's interpreter, which TRITON_INTERPRET=1 allows; it is meant for tests.
+`causal_conv1d_step` (`seqssm.ops.conv1d`): the Mamba blocks' conv window, taps, bias and SiLU in one kernel
+(`conv1d_step_fwd`), as causal_conv1d's `causal_conv1d_update` does, where the torch path takes five. Both are
+custom ops of the same kind.
+On CPU tensors the kernels run in Triton's interpreter, which TRITON_INTERPRET=1 allows; it is meant for tests.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
 from torch import Tensor
 
+from seqssm.ops.conv1d import _causal_conv1d_step_torch
 from seqssm.ops.selective import _selective_step_torch
 from seqssm.ops.triton_loader import kernels_for, launch
 
@@ -79,20 +85,25 @@ def _setup(ctx, inputs, output):
     ctx.softplus = inputs[9]
 
 
-def _backward(ctx, grad_y, grad_h):
-    inputs = ctx.saved_tensors
+def _recomputed_grads(torch_step, inputs, grad_outputs) -> tuple:
+    """The gradients of torch_step(*inputs) for grad_outputs, by its vjp: one per input, None for absent inputs."""
     present = [i for i, t in enumerate(inputs) if t is not None]
 
     def step(*tensors):
         args = list(inputs)
         for i, t in zip(present, tensors):
             args[i] = t
-        return _selective_step_torch(*args, delta_softplus=ctx.softplus)
+        return torch_step(*args)
 
-    # The torch path's next state is float32 as the kernel's is (float64 inputs never reach the kernel).
     _, vjp = torch.func.vjp(step, *(inputs[i] for i in present))
-    grads = dict(zip(present, vjp((grad_y, grad_h))))
-    return (*(grads.get(i) for i in range(9)), None)
+    grads = dict(zip(present, vjp(grad_outputs)))
+    return tuple(grads.get(i) for i in range(len(inputs)))
+
+
+def _backward(ctx, grad_y, grad_h):
+    # The torch path's next state is float32 as the kernel's is (float64 inputs never reach the kernel).
+    step = functools.partial(_selective_step_torch, delta_softplus=ctx.softplus)
+    return (*_recomputed_grads(step, ctx.saved_tensors, (grad_y, grad_h)), None)
 
 
 _step_op.register_autograd(_backward, setup_context=_setup)
@@ -102,3 +113,63 @@ def selective_step_triton(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_
     """Triton `selective_step`: h (b, dim, N), u_t, delta_t, z_t (b, dim), A (dim, N), B_t, C_t (b, N) or
     (b, groups, N), D, delta_bias (dim,) -> (y_t (b, dim) in u_t's dtype, next h (b, dim, N) float32)."""
     return _step_op(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, bool(delta_softplus))
+
+
+# Channels per program of the conv step: the window of K <= 4 taps is BLOCK_K = 4 wide, 4 warps hold 128 x 4.
+_CONV_BLOCK_D = {False: 128, True: 8}
+
+
+def _conv_y_dtype(x_t, weight, bias) -> torch.dtype:
+    """The dtype of the conv step's output: x_t's, weight's and bias's promoted, as the torch path computes it."""
+    dtype = torch.promote_types(x_t.dtype, weight.dtype)
+    return dtype if bias is None else torch.promote_types(dtype, bias.dtype)
+
+
+def conv_step_forward(x_t, state, weight, bias, silu: bool) -> tuple[Tensor, Tensor]:
+    """The conv step op's implementation: x_t (b, dim), state (b, dim, K-1), weight (dim, K), bias (dim,) or None
+    -> (y_t (b, dim) in the promoted dtype of x_t, weight and bias, next state (b, dim, K-1) in x_t's dtype)."""
+    kernels, interpret = kernels_for(_KERNELS, x_t.device)
+    batch, dim = x_t.shape
+    width = weight.shape[1]
+    y = torch.empty(batch, dim, dtype=_conv_y_dtype(x_t, weight, bias), device=x_t.device)
+    out = torch.empty(batch, dim, width - 1, dtype=x_t.dtype, device=x_t.device)
+    if batch == 0 or dim == 0:
+        return y, out
+    block_d = _CONV_BLOCK_D[interpret]
+    n_dblocks = triton.cdiv(dim, block_d)
+    launch(kernels.conv1d_step_fwd, (batch * n_dblocks,), x_t, state, weight,
+           bias if bias is not None else x_t, y, out, dim, width, n_dblocks,
+           *x_t.stride(), *state.stride(), *weight.stride(),
+           HAS_BIAS=bias is not None, SILU=silu, BLOCK_D=block_d, BLOCK_K=triton.next_power_of_2(width),
+           num_warps=_WARPS)
+    return y, out
+
+
+@torch.library.custom_op("seqssm::causal_conv1d_step_triton", mutates_args=())
+def _conv_step_op(x_t: Tensor, state: Tensor, weight: Tensor, bias: Tensor | None, silu: bool) -> tuple[Tensor, Tensor]:
+    """`conv_step_forward` as an op."""
+    return conv_step_forward(x_t, state, weight, bias, silu)
+
+
+@_conv_step_op.register_fake
+def _(x_t, state, weight, bias, silu):
+    return x_t.new_empty(x_t.shape, dtype=_conv_y_dtype(x_t, weight, bias)), x_t.new_empty(*x_t.shape, weight.shape[1] - 1)
+
+
+def _conv_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:4])
+    ctx.silu = inputs[4]
+
+
+def _conv_backward(ctx, grad_y, grad_state):
+    step = functools.partial(_causal_conv1d_step_torch, silu=ctx.silu)
+    return (*_recomputed_grads(step, ctx.saved_tensors, (grad_y, grad_state)), None)
+
+
+_conv_step_op.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+def causal_conv1d_step_triton(x_t, state, weight, bias=None, silu=False):
+    """Triton `causal_conv1d_step`: x_t (b, dim), state (b, dim, K-1), weight (dim, K), bias (dim,) -> (y_t (b, dim),
+    next state (b, dim, K-1) in x_t's dtype)."""
+    return _conv_step_op(x_t, state, weight, bias, bool(silu))

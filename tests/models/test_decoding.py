@@ -1,8 +1,11 @@
 """seqssm.models.decoding: the fixed-buffer decoding step equals the eager one (on any device), and its CUDA graph
 replays give the tokens of eager decoding (on CUDA)."""
 
+import collections
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from seqssm.layers import frozen_weights
 from seqssm.models import build, sample_next
@@ -68,6 +71,48 @@ def test_a_state_of_other_dtypes_than_a_step_returns_is_refused():
     wide = tuple(tuple(t.double() for t in block) for block in state)
     with pytest.raises(RuntimeError, match="returned a state of other shapes or dtypes"):
         StaticDecoder(model, wide)(torch.zeros(2, dtype=torch.long))
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the operators dispatched inside it by name (aten's and the custom ops'), views and metadata left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["mamba-s6", "mamba2-ssd"])
+@torch.no_grad()
+def test_a_mamba_step_on_the_triton_backends_is_two_kernels_a_layer_and_the_torch_paths_logits(name, monkeypatch):
+    """Where "auto" takes the Triton step kernels (CUDA; here interpreted): each block's step is one conv step (window,
+    taps, bias, SiLU) and, in Mamba-S6, one S6 step with the SiLU(z) gate inside, with no elementwise torch op left
+    around them (Mamba-2's SSD step stays torch ops), and the decoder writes the whole next state back in one
+    multi-tensor copy. The logits are the torch path's."""
+    model = tiny(name, dtype=torch.float32)
+    ids = torch.randint(0, VOCAB, (2, 6))
+    with frozen_weights():
+        logits, state = prefill(model, ids[:, :3])
+        logits, state = model._step(ids[:, 3], state)
+        decoder = StaticDecoder(model, state)
+        expected, _ = model._step(ids[:, 4], state)
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        monkeypatch.setenv("SEQSSM_BACKEND", "triton")
+        ops = _Ops()
+        with ops:
+            logits = decoder(ids[:, 4])
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    layers = len(model.backbone.layers)
+    assert ops.counts["causal_conv1d_step_triton"] == layers
+    assert ops.counts["selective_step_triton"] == (layers if name == "mamba-s6" else 0)
+    assert ops.counts["_foreach_copy_"] == 1 and ops.counts["copy_"] == 1  # the state; the token
+    assert "cat" not in ops.counts  # the conv's window
+    if name == "mamba-s6":
+        assert not {"silu", "sigmoid", "sum", "exp", "softplus"} & set(ops.counts), ops.counts
 
 
 @pytest.mark.gpu

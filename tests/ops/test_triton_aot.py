@@ -23,7 +23,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
     kernels = {(r.launch.kernel_name, r.arch) for r in results}
     assert kernels == {(k, arch) for k in ("selective_scan_fwd", "selective_scan_bwd", "linear_scan_fwd",
                                             "linear_scan_bwd", "ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h",
-                                            "selective_step_fwd")
+                                            "selective_step_fwd", "conv1d_step_fwd")
                        for arch in (80, 90)}
     from seqssm.ops.triton_scan import selective_configs
 
@@ -36,10 +36,12 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
     assert all(r.registers and r.shared is not None for r in results)
     ssd = {(r.launch.case.dtype, r.launch.kernel_name) for r in results if r.launch.case.op == "ssd"}
     assert ssd == {(d, k) for d in (torch.bfloat16, torch.float32) for k in ("ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h")}
-    # The decoding step at mamba-130m widths, bf16 and float32, batch 1 and 16 (one compile serves both batches).
-    step = {(c.dtype, c.sizes["batch"], r.arch)
+    # The decoding step's two kernels at mamba-130m widths, bf16 and float32, batch 1 and 16 (one compile serves both
+    # batches).
+    step = {(r.launch.kernel_name, c.dtype, c.sizes["batch"], r.arch)
             for r in results if r.launch.case.op == "step" for c in r.launch.cases()}
-    assert step == {(d, b, arch) for d in (torch.bfloat16, torch.float32) for b in (1, 16) for arch in (80, 90)}
+    assert step == {(k, d, b, arch) for k in ("selective_step_fwd", "conv1d_step_fwd")
+                    for d in (torch.bfloat16, torch.float32) for b in (1, 16) for arch in (80, 90)}
 
 
 def test_the_stress_shapes_pass_64_bit_strides_and_compile(quick):

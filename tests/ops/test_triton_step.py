@@ -1,18 +1,20 @@
-"""The Triton backend of `selective_step` (one fused decoding step of S6) against the torch path in float64 on the same
-inputs: outputs and next state over shapes, groups and every optional input, 16-bit inputs, strided views, gradients,
-the custom op under opcheck and torch.compile. On CPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set
-per test); the `gpu` variants run the same cases compiled on CUDA."""
+"""The Triton backends of the decoding steps, `selective_step` (one fused step of S6) and `causal_conv1d_step` (the
+Mamba blocks' conv window, taps, bias and SiLU), against their torch paths in float64 on the same inputs: outputs and
+next state over shapes, groups and every optional input, 16-bit inputs, strided views, gradients, the custom ops under
+opcheck and torch.compile. On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set per test); the `gpu`
+variants run the same cases compiled on CUDA."""
 
 import pytest
 import torch
 
 from seqssm.errors import InputShapeError
-from seqssm.ops import selective_step
+from seqssm.ops import causal_conv1d_step, selective_step
 from seqssm.ops.backend import Call, choose
+from seqssm.ops.conv1d import _causal_conv1d_step_torch
 from seqssm.ops.selective import _selective_step_torch
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_step import selective_step_triton  # noqa: E402
+from seqssm.ops.triton_step import causal_conv1d_step_triton, selective_step_triton  # noqa: E402
 from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 NAMES = ("h", "u_t", "delta_t", "A", "B_t", "C_t", "D", "z_t", "delta_bias")
@@ -131,4 +133,116 @@ def test_step_traces_into_one_graph(device):
         return y2.square().sum() + h.sum()
 
     leaves = [inp[k] for k in NAMES]
+    assert_one_graph_as_eager(two_steps, leaves, leaves)
+
+
+# ------------------------------------------------------------------------------------------------ the conv step
+
+
+def _conv_inputs(device, batch, dim, width, dtype=torch.float32, with_bias=True, seed=0):
+    """x_t, state (batch, dim, width - 1) in `dtype`; weight (dim, width) and bias float32, as a float32 block holds
+    them."""
+    g = torch.Generator().manual_seed(seed)
+
+    def t(*shape, dtype_=torch.float32):
+        return torch.randn(*shape, generator=g).to(device, dtype_)
+
+    return dict(x_t=t(batch, dim, dtype_=dtype), state=t(batch, dim, width - 1, dtype_=dtype), weight=t(dim, width),
+                bias=t(dim) if with_bias else None)
+
+
+def _check_conv(inp, silu, tol):
+    y, state = causal_conv1d_step(**inp, silu=silu, backend="triton")
+    y_ref, state_ref = _causal_conv1d_step_torch(**inp, silu=silu)
+    assert y.dtype == y_ref.dtype and state.dtype == inp["x_t"].dtype and state.shape == state_ref.shape
+    as64 = {k: v.double() if v is not None else None for k, v in inp.items()}
+    as64["state"] = inp["state"].to(inp["x_t"].dtype).double()  # the state as both paths read it
+    y64, state64 = _causal_conv1d_step_torch(**as64, silu=silu)
+    torch.testing.assert_close(y.double(), y64, **tol)
+    torch.testing.assert_close(state, state_ref)  # a copy of inputs: exact
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("with_bias, silu", [(True, True), (False, False), (True, False), (False, True)],
+                         ids=["bias+silu", "none", "bias", "silu"])
+def test_conv_step_matches_the_torch_path_in_float64(device, width, with_bias, silu):
+    """Kernel widths 1 to 5 (5 tiles a block of 8 taps), over channel blocks that do not divide dim (8 per program
+    interpreted, 128 compiled)."""
+    _check_conv(_conv_inputs(device, 3, 21 if device.type == "cpu" else 300, width, with_bias=with_bias), silu,
+                TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_conv_step_takes_16_bit_inputs(device, dtype):
+    inp = _conv_inputs(device, 2, 40, 4, dtype=dtype)
+    _check_conv(inp, True, TOL[dtype])
+    inp.update(weight=inp["weight"].to(dtype), bias=inp["bias"].to(dtype))  # a 16-bit block: y in that dtype
+    _check_conv(inp, True, TOL[dtype])
+
+
+def test_conv_step_reads_strided_views(device):
+    """The Mamba block's x_t is the first half of in_proj's output, the taps a view of the conv's (dim, 1, K)
+    weight, and a state the window slice of a torch step."""
+    inp = _conv_inputs(device, 3, 12, 4)
+    xz = torch.randn(3, 24, device=device)
+    window = torch.randn(3, 12, 4, device=device)
+    weight = torch.randn(12, 1, 4, device=device)
+    inp.update(x_t=xz[:, :12], state=window[..., 1:], weight=weight[:, 0])
+    assert not (inp["x_t"].is_contiguous() or inp["state"].is_contiguous())
+    _check_conv(inp, True, TOL[torch.float32])
+
+
+def test_conv_step_gradients_are_the_torch_paths(device):
+    """Gradients through the op (its backward recomputes the torch path) for every input, through y and the state."""
+    inp = {k: v.requires_grad_() for k, v in _conv_inputs(device, 2, 10, 4).items()}
+    leaves = list(inp.values())
+    outs = {name: step(**inp, silu=True) for name, step in
+            (("triton", causal_conv1d_step_triton), ("torch", _causal_conv1d_step_torch))}
+    cot = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1)).to(device) for t in outs["torch"]]
+    grads = {name: torch.autograd.grad(out, leaves, cot) for name, out in outs.items()}
+    for name, fast, ref in zip(inp, grads["triton"], grads["torch"]):
+        torch.testing.assert_close(fast, ref, **TOL[torch.float32], msg=lambda m: f"d{name}: {m}")
+
+
+def test_conv_step_takes_batch_zero(device):
+    y, state = causal_conv1d_step(**_conv_inputs(device, 0, 6, 4), silu=True, backend="triton")
+    assert y.shape == (0, 6) and state.shape == (0, 6, 3)
+
+
+def test_conv_step_refuses_wrong_shapes():
+    inp = _conv_inputs("cpu", 2, 6, 4)
+    with pytest.raises(InputShapeError, match=r"state must be \(batch, dim, K-1\) = \(2, 6, 3\)"):
+        causal_conv1d_step(**{**inp, "state": inp["state"][..., :2]})
+    with pytest.raises(InputShapeError, match="need x_t"):
+        causal_conv1d_step(**{**inp, "weight": inp["weight"][:5]})
+    with pytest.raises(InputShapeError, match="bias must be"):
+        causal_conv1d_step(**{**inp, "bias": inp["bias"][:5]})
+
+
+def test_conv_step_auto_takes_the_kernel_on_cuda_and_torch_elsewhere(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("SEQSSM_BACKEND", raising=False)
+    half = (torch.bfloat16, torch.float32)
+    assert choose("causal_conv1d_step", "auto", Call(torch.device("cuda"), half)) is causal_conv1d_step_triton
+    assert choose("causal_conv1d_step", "auto", Call(torch.device("cuda"), (torch.float64,))) is _causal_conv1d_step_torch
+    assert choose("causal_conv1d_step", "auto", Call(torch.device("cpu"), half)) is _causal_conv1d_step_torch
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        causal_conv1d_step(**_conv_inputs("cpu", 1, 3, 4), backend="triton")
+
+
+def test_conv_step_op_passes_opcheck(device):
+    inp = {k: v.requires_grad_() for k, v in _conv_inputs(device, 2, 10, 4).items()}
+    torch.library.opcheck(torch.ops.seqssm.causal_conv1d_step_triton.default, (*inp.values(), True))
+
+
+def test_conv_step_traces_into_one_graph(device):
+    """torch.compile(fullgraph=True) over two conv steps: no graph break, outputs and gradients as eager."""
+    inp = {k: v.requires_grad_() for k, v in _conv_inputs(device, 2, 10, 4).items()}
+
+    def two_steps(x_t, state, weight, bias):
+        y1, state = causal_conv1d_step(x_t, state, weight, bias, True, backend="triton")
+        y2, state = causal_conv1d_step(y1, state, weight, bias, True, backend="triton")
+        return y2.square().sum() + state.sum()
+
+    leaves = list(inp.values())
     assert_one_graph_as_eager(two_steps, leaves, leaves)
