@@ -40,26 +40,36 @@ class ConvSSPBranch(ChannelsFirstLayer):
         self.ssp = make_ssp(ssp, d_inner, **ssp_kwargs)
 
     def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
-        h = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias)
-        return self.ssp.forward_channels_first(F.silu(h))
+        return self.ssp.forward_channels_first(self._conv(x))
+
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, d_inner, L) -> SiLU(conv1d(x)), the activation inside the conv's kernels where the causal_conv1d
+        package serves it (as mamba_ssm's block calls it): one pass over (B, d_inner, L) less each way, and no
+        pre-activation kept for the backward."""
+        return causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
 
     def gated_channels_first(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """x, z (B, d_inner, L) -> the branch's output * SiLU(z) (B, d_inner, L): inside the SSP where it takes the
         gate (S6, in its scan kernel), else after it."""
-        h = F.silu(causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias))
+        h = self._conv(x)
         if isinstance(self.ssp, S6):
             return self.ssp.gated_forward_channels_first(h, z)
         return self.ssp.forward_channels_first(h) * F.silu(z)
 
+    def _conv_step(self, x_t: torch.Tensor, conv_state: torch.Tensor):
+        """One step of `_conv`: x_t (B, d_inner), conv state -> (SiLU(conv1d), next conv state), one kernel on CUDA."""
+        return causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+
     def _scan_channels_first(self, x, state, resets, mask):
         conv_state, ssp_state = (None, None) if state is None else state
-        h, conv_state = masked_causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, mask)
-        y, ssp_state = self.ssp.scan_channels_first(F.silu(h), ssp_state, resets, mask)
+        h, conv_state = masked_causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, conv_state, resets, mask,
+                                             silu=True)
+        y, ssp_state = self.ssp.scan_channels_first(h, ssp_state, resets, mask)
         return y, (conv_state, ssp_state)
 
     def _step(self, x_t, state):
         conv_state, ssp_state = state
-        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        h, conv_state = self._conv_step(x_t, conv_state)
         y, ssp_state = self.ssp.step(h, ssp_state)
         return y, (conv_state, ssp_state)
 
@@ -70,7 +80,7 @@ class ConvSSPBranch(ChannelsFirstLayer):
             y, state = self.step(x_t, state)
             return y * F.silu(z_t), state
         conv_state, ssp_state = state
-        h, conv_state = causal_conv1d_step(x_t, conv_state, self.conv1d.weight[:, 0], self.conv1d.bias, silu=True)
+        h, conv_state = self._conv_step(x_t, conv_state)
         y, ssp_state = self.ssp.gated_step(h, z_t, ssp_state)
         return y, (conv_state, ssp_state)
 

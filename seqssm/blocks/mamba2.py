@@ -109,8 +109,8 @@ class Mamba2Block(SequenceLayer):
         state)."""
         conv_state, ssd_state = (None, None) if state is None else state
         xbc, conv_state = masked_causal_conv1d(xbc.transpose(1, 2), conv1d.weight[:, 0], conv1d.bias, conv_state,
-                                               resets, mask)
-        u, B, C = self._ssm_inputs(F.silu(xbc).transpose(1, 2))
+                                               resets, mask, silu=True)
+        u, B, C = self._ssm_inputs(xbc.transpose(1, 2))
         y, ssd_state = ssm.scan_projected(u, dt, B, C, ssd_state, resets, mask)
         return y, (conv_state, ssd_state)
 

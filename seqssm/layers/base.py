@@ -80,6 +80,16 @@ def promoted_call(module: nn.Module, x: torch.Tensor, *args, **kwargs):
     return torch.func.functional_call(module, tensors, (x, *args), kwargs)
 
 
+def promoted_mm(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """weight (m, k) @ x (k, n) in the promotion of their dtypes (the layers' dtype rule, as `promoted_call`); under
+    autocast, autocast casts them, and nothing is widened first (a bfloat16 x made float32 only to be cast back
+    would cost two passes over it each way)."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.mm(weight, x)
+    dtype = torch.promote_types(x.dtype, weight.dtype)
+    return torch.mm(weight.to(dtype), x.to(dtype))
+
+
 def ssm_param(value: torch.Tensor, lr_scale: float = SSM_LR_SCALE) -> nn.Parameter:
     """An SSM parameter (A, B, C, Δ), tagged for `lr_scale` x the learning rate and no weight decay."""
     return tag_ssm(nn.Parameter(value.contiguous()), lr_scale)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.layers.base import (
-    ChannelsFirstLayer, check_sizes, check_steps, compute_dtype, promoted_call, ssm_param, step_system
+    ChannelsFirstLayer, check_sizes, check_steps, compute_dtype, promoted_call, promoted_mm, ssm_param, step_system
 )
 from seqssm.layers.hippo import legs_real_part
 from seqssm.ops import selective_scan, selective_step
@@ -106,9 +106,7 @@ class S6(ChannelsFirstLayer):
         product one matrix product that reads and writes that layout, as mamba_ssm's block computes them; Δ is
         laid out as x, B and C as (d_state, B L) matrices."""
         b, _, length = x.shape
-        weight = self.x_proj.weight
-        dtype = torch.promote_types(x.dtype, weight.dtype)  # the layers' dtype rule; autocast decides under it
-        x_dbl = torch.mm(weight.to(dtype), x.transpose(0, 1).reshape(self.d_model, b * length).to(dtype))
+        x_dbl = promoted_mm(self.x_proj.weight, x.transpose(0, 1).reshape(self.d_model, b * length))
         dt, B, C = x_dbl.split([self.dt_rank, self.d_state, self.d_state], dim=0)
         delta = torch.mm(self.dt_proj.weight.to(dt.dtype), dt)
         return tuple(m.view(-1, b, length).transpose(0, 1) for m in (delta, B, C))

@@ -62,9 +62,10 @@ def _final_state(xp: torch.Tensor, resets: torch.Tensor | None, k: int) -> torch
     return state * mask[:, None, :].to(state.dtype)
 
 
-def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
+def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
+                            silu=False):
     """The definition, one step at a time (a reset zeroes the carried inputs before its step):
-    x (batch, dim, L), weight (dim, K) -> y (batch, dim, L) [, state (batch, dim, K-1)]."""
+    x (batch, dim, L), weight (dim, K) -> y (batch, dim, L), through SiLU with `silu` [, state (batch, dim, K-1)]."""
     _check(x, weight, bias, initial_state, resets)
     batch, dim, length = x.shape
     state = x.new_zeros(batch, dim, weight.shape[1] - 1) if initial_state is None else initial_state.to(x.dtype)
@@ -72,18 +73,20 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
     for t in range(length):
         if resets is not None:
             state = state * (~resets[:, t]).to(x.dtype)[:, None, None]
-        y_t, state = _causal_conv1d_step_torch(x[..., t], state, weight, bias)
+        y_t, state = _causal_conv1d_step_torch(x[..., t], state, weight, bias, silu)
         ys.append(y_t)
     y = torch.stack(ys, -1) if ys else torch.zeros_like(x)
     return (y, state) if return_final_state else y
 
 
-def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
-    y = causal_conv1d_package_op(x, weight, bias)
+def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
+                           silu=False):
+    y = causal_conv1d_package_op(x, weight, bias, silu)
     return (y, _final_state(F.pad(x, (weight.shape[1] - 1, 0)), None, weight.shape[1])) if return_final_state else y
 
 
-def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False):
+def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
+                         silu=False):
     length, k = x.shape[-1], weight.shape[1]
     # Work in the input's memory order: a channels-last x (a transposed (batch, L, dim) tensor, as the
     # Mamba block passes it) is convolved along dim 1 of that tensor, and y keeps the layout.
@@ -110,14 +113,18 @@ def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, 
         y = tap * w if y is None else y.addcmul(tap, w)
     if bias is not None:
         y = y + (bias if channels_last else bias[:, None])
+    if silu:
+        y = F.silu(y)
     if channels_last:
         y, xp = y.transpose(1, 2), xp.transpose(1, 2)
     return (y, _final_state(xp, resets, k)) if return_final_state else y
 
 
-def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, backend: str = "auto"):
+def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False, silu: bool = False,
+                  backend: str = "auto"):
     """Causal depthwise conv: x (batch, dim, L), weight (dim, K), bias (dim,), initial_state (batch, dim, K-1),
-    resets (batch, L) bool -> y (batch, dim, L) [, final state (batch, dim, K-1)].
+    resets (batch, L) bool -> y (batch, dim, L), through SiLU with `silu` (the Mamba blocks' activation: the
+    causal_conv1d package applies it inside its kernels, forward and backward) [, final state (batch, dim, K-1)].
     backend: one of `backends("causal_conv1d")`. Inputs follow `seqssm.ops.checks`: floating point only;
     an empty x gives an empty y and the state unchanged (a batch-0 state for batch 0)."""
     check_floating("causal_conv1d", x=x, weight=weight, bias=bias, initial_state=initial_state)
@@ -132,7 +139,7 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, return_
     floats = (x, weight, bias, initial_state)
     call = Call(x.device, tuple(t.dtype for t in floats if t is not None), initial_state is not None,
                 resets is not None, detail=(x, weight))
-    return choose("causal_conv1d", backend, call)(x, weight, bias, initial_state, resets, return_final_state)
+    return choose("causal_conv1d", backend, call)(x, weight, bias, initial_state, resets, return_final_state, silu)
 
 
 def _check_step(x_t, state, weight, bias):

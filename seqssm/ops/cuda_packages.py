@@ -4,8 +4,8 @@
         -> y, last state (float32), the kernel's chunk states x, out (y before the gate z; empty without z)
     torch.ops.seqssm.mamba_selective_scan_backward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y)
         -> gradients of u, delta, A, B, C, D, z, delta_bias (empty where that input is None)
-    torch.ops.seqssm.causal_conv1d_package(x, weight, bias) -> y
-    torch.ops.seqssm.causal_conv1d_package_backward(x, weight, bias, grad_y) -> gradients of x, weight, bias
+    torch.ops.seqssm.causal_conv1d_package(x, weight, bias, silu) -> y (through SiLU with silu)
+    torch.ops.seqssm.causal_conv1d_package_backward(x, weight, bias, grad_y, silu) -> gradients of x, weight, bias
 
 As custom ops with fake implementations and registered gradients, torch.compile traces through them without a
 graph break (the packages' own autograd Functions call pybind kernels that dynamo cannot trace). The selective
@@ -129,17 +129,17 @@ mamba_scan_op.register_autograd(_scan_backward, setup_context=_save_scan)
 
 
 @torch.library.custom_op("seqssm::causal_conv1d_package", mutates_args=())
-def causal_conv1d_package_op(x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """The causal_conv1d package's `causal_conv1d_fn(x, weight, bias)`: x (b, dim, L), weight (dim, K), bias (dim,)
-    -> y (b, dim, L), laid out as torch.empty_like(x) lays it out."""
+def causal_conv1d_package_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], silu: bool) -> Tensor:
+    """The causal_conv1d package's `causal_conv1d_fn(x, weight, bias, activation="silu" if silu)`: x (b, dim, L),
+    weight (dim, K), bias (dim,) -> y (b, dim, L), laid out as torch.empty_like(x) lays it out."""
     causal_conv1d_fn, _ = causal_conv1d_package()
-    y = causal_conv1d_fn(x, weight, bias)
+    y = causal_conv1d_fn(x, weight, bias, activation="silu" if silu else None)
     like = torch.empty_like(x)
     return y if y.stride() == like.stride() else like.copy_(y)
 
 
 @causal_conv1d_package_op.register_fake
-def _(x, weight, bias):
+def _(x, weight, bias, silu):
     return torch.empty_like(x)
 
 
@@ -166,18 +166,23 @@ def _package_conv_backward():
 
 
 @torch.library.custom_op("seqssm::causal_conv1d_package_backward", mutates_args=())
-def causal_conv1d_backward_op(x: Tensor, weight: Tensor, bias: Optional[Tensor],
-                              grad_y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def causal_conv1d_backward_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], grad_y: Tensor,
+                              silu: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The gradients of `causal_conv1d_package_op` -> (x, weight, bias (empty without bias)): the package's backward
-    kernel where it has one, else the convolution's adjoint (`_conv_adjoint`). In the profile of a mamba-130m
-    training step on an H200 the adjoint took 1.4 ms per layer."""
+    kernel where it has one (with `silu`, it recomputes the convolution for SiLU's derivative), else the
+    convolution's adjoint (`_conv_adjoint`) of the gradient through SiLU. In the profile of a mamba-130m training
+    step on an H200 the adjoint took 1.4 ms per layer."""
     backward = _package_conv_backward()
     if backward is None:
+        if silu:  # through SiLU first: silu'(v) = sigmoid(v) (1 + v (1 - sigmoid(v))) at the convolution's output v
+            v = causal_conv1d_package()[0](x, weight, bias).to(torch.promote_types(grad_y.dtype, torch.float32))
+            gate = torch.sigmoid(v)
+            grad_y = (grad_y * gate * (1 + v * (1 - gate))).to(grad_y.dtype)
         grad_x, grad_weight, grad_bias = _conv_adjoint(x, weight, grad_y)
     else:
         if grad_y.stride(2) != 1 and grad_y.stride(1) != 1:
             grad_y = grad_y.contiguous()  # the kernel reads time- or channel-contiguous rows, as its autograd does
-        grad_x, grad_weight, grad_bias, _ = backward(x, weight, bias, grad_y, None, None, None, None, False, False)
+        grad_x, grad_weight, grad_bias, _ = backward(x, weight, bias, grad_y, None, None, None, None, False, silu)
     like = torch.empty_like(x)
     grad_x = grad_x if grad_x.stride() == like.stride() else like.copy_(grad_x)
     grad_bias = grad_bias.to(bias.dtype) if bias is not None else x.new_empty(0)
@@ -185,19 +190,20 @@ def causal_conv1d_backward_op(x: Tensor, weight: Tensor, bias: Optional[Tensor],
 
 
 @causal_conv1d_backward_op.register_fake
-def _(x, weight, bias, grad_y):
+def _(x, weight, bias, grad_y, silu):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias) if bias is not None else x.new_empty(0)
 
 
 def _save_conv(ctx, inputs, output):
-    x, weight, bias = inputs
+    x, weight, bias, silu = inputs
     ctx.save_for_backward(x, weight, bias)
+    ctx.silu = silu
 
 
 def _conv_backward(ctx, grad_y):
     x, weight, bias = ctx.saved_tensors
-    grad_x, grad_weight, grad_bias = causal_conv1d_backward_op(x, weight, bias, grad_y)
-    return grad_x, grad_weight, None if bias is None else grad_bias
+    grad_x, grad_weight, grad_bias = causal_conv1d_backward_op(x, weight, bias, grad_y, ctx.silu)
+    return grad_x, grad_weight, None if bias is None else grad_bias, None
 
 
 causal_conv1d_package_op.register_autograd(_conv_backward, setup_context=_save_conv)

@@ -32,23 +32,24 @@ def scatter_steps(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x).scatter_(1, index, x)
 
 
-def masked_causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, mask=None):
+def masked_causal_conv1d(x, weight, bias=None, initial_state=None, resets=None, mask=None, silu=False):
     """`causal_conv1d` with masked steps: x (batch, dim, L), weight (dim, K), bias (dim,), initial_state
-    (batch, dim, K-1), resets / mask (batch, L) bool -> (y (batch, dim, L), final state (batch, dim, K-1)).
+    (batch, dim, K-1), resets / mask (batch, L) bool -> (y (batch, dim, L), through SiLU with `silu`, final state
+    (batch, dim, K-1)).
 
     Masked steps output zeros and are skipped: the window of a valid step holds the K-1 valid inputs
     before it, and the final state the last K-1 valid inputs (those before the last reset zeroed).
     Resets on masked steps are dropped. mask None is `causal_conv1d(..., return_final_state=True)`.
     """
     if mask is None:
-        return causal_conv1d(x, weight, bias, initial_state, resets, return_final_state=True)
+        return causal_conv1d(x, weight, bias, initial_state, resets, return_final_state=True, silu=silu)
     batch, dim, length = x.shape
     k = weight.shape[1]
     order, counts = valid_first(mask)
     valid = torch.arange(length, device=x.device) < counts[:, None]  # the mask after compaction
     xc = gather_steps(x.transpose(1, 2), order).transpose(1, 2)  # (batch, dim, L), channels-last like x
     rc = None if resets is None else gather_steps(resets, order) & valid
-    yc = causal_conv1d(xc, weight, bias, initial_state, rc)
+    yc = causal_conv1d(xc, weight, bias, initial_state, rc, silu=silu)  # SiLU(0) = 0: masked steps stay zero
     y = scatter_steps(yc.transpose(1, 2) * valid.unsqueeze(-1), order).transpose(1, 2)
     start = x.new_zeros(batch, dim, k - 1) if initial_state is None else initial_state.to(x.dtype)
     padded = torch.cat([start, xc], dim=-1)  # index i holds compacted step i - (K - 1)

@@ -87,3 +87,32 @@ def test_s6_projections_of_the_mamba_block_layout_equal_the_plain_ones():
     with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast, as mixed-precision training runs it
         ours = layer.float()._project_channels_first(matrix.float())
     assert all(t.dtype == torch.bfloat16 for t in ours)
+
+
+def test_s6_projections_of_the_mamba_block_layout_copy_no_input_under_autocast():
+    """Mixed-precision training on CUDA: the bfloat16 conv output in the block's layout goes into x_proj's product as
+    it is, forward and backward (widening it to float32 first, for autocast to cast it back, took four passes over
+    (d_inner, B L) a layer), and gives the values of the plain projection under autocast."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Copies(TorchDispatchMode):
+        def __init__(self, size):
+            super().__init__()
+            self.size, self.count = size, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("_to_copy", "copy_", "clone") and args[0].numel() == self.size:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    layer = S6(16, d_state=4)
+    plain = torch.randn(3, 16, 40).to(torch.bfloat16)
+    matrix = plain.transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()
+    copies = Copies(matrix.numel())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with copies:
+            ours = layer._project_channels_first(matrix)
+            torch.autograd.grad(sum(t.sum() for t in ours), matrix)
+        theirs = layer._project_channels_first(plain)
+    assert copies.count == 0
+    torch.testing.assert_close(ours, theirs)

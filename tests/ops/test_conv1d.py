@@ -63,3 +63,17 @@ def test_conv_step_loop_and_reset_semantics():
     y_r = causal_conv1d(x, w, b, s0, r)
     torch.testing.assert_close(y_r[..., 5:], causal_conv1d(x[..., 5:], w, b))
     torch.testing.assert_close(y_r[..., :5], y[..., :5])
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch"])
+def test_conv_silu_is_silu_of_the_conv(backend):
+    """silu=True (the Mamba blocks' activation, which the causal_conv1d package applies inside its kernels) is
+    F.silu of the plain output, with the state untouched, in the op and in its step."""
+    x, w, b = _conv_inputs(2, 5, 9)
+    s0 = torch.randn(2, 5, 3, dtype=torch.float64)
+    y, state = causal_conv1d(x, w, b, s0, return_final_state=True, backend=backend)
+    y_silu, state_silu = causal_conv1d(x, w, b, s0, return_final_state=True, silu=True, backend=backend)
+    torch.testing.assert_close(y_silu, torch.nn.functional.silu(y))
+    torch.testing.assert_close(state_silu, state)
+    y_t, _ = causal_conv1d_step(x[:, :, 0], s0, w, b, silu=True)
+    torch.testing.assert_close(y_t, y_silu[:, :, 0])

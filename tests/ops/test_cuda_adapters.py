@@ -100,8 +100,9 @@ WORKING_MAMBA = {
 WORKING_CAUSAL_CONV1D = {
     "causal_conv1d/__init__.py": (
         "from seqssm.ops.conv1d import causal_conv1d_reference\n"
-        "def causal_conv1d_fn(x, weight, bias=None):\n"
-        "    return causal_conv1d_reference(x, weight, bias)\n"
+        "def causal_conv1d_fn(x, weight, bias=None, activation=None):\n"
+        "    assert activation in (None, 'silu')\n"
+        "    return causal_conv1d_reference(x, weight, bias, silu=activation == 'silu')\n"
     ),
 }
 
@@ -116,6 +117,9 @@ CAUSAL_CONV1D_BACKWARD = {
         "                               return_dinitial_states, silu_activation):\n"
         "    CALLS.append((seq_idx, initial_states, dfinal_states, dx, return_dinitial_states, silu_activation))\n"
         "    k, length = weight.shape[1], x.shape[-1]\n"
+        "    if silu_activation:  # the kernel recomputes the convolution for SiLU's derivative\n"
+        "        v = F.conv1d(F.pad(x, (k - 1, 0)), weight.unsqueeze(1), bias, groups=weight.shape[0])\n"
+        "        dout = dout * torch.sigmoid(v) * (1 + v * (1 - torch.sigmoid(v)))\n"
         "    # the adjoint as a correlation: dx[s] = sum_j w[j] dy[s + k - 1 - j]\n"
         "    dx = F.conv1d(F.pad(dout, (0, k - 1)), weight.flip(-1).unsqueeze(1), groups=weight.shape[0])\n"
         "    xp = F.pad(x, (k - 1, 0))\n"
@@ -292,14 +296,15 @@ def _conv_inputs(dtype=torch.float64, device="cpu"):
     return [t.requires_grad_() for t in (x, weight, bias)]
 
 
+@pytest.mark.parametrize("silu", [False, True], ids=["plain", "silu"])
 @pytest.mark.parametrize("own_backward", [False, True], ids=["adjoint", "package backward"])
-def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(packages, own_backward):
-    """The gradient comes from the package's backward where it has one (called once, with no states and no
-    activation), else from the convolution's adjoint."""
+def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(packages, own_backward, silu):
+    """The gradient comes from the package's backward where it has one (called once, with no states, and with the
+    activation when SiLU is asked for), else from the convolution's adjoint of the gradient through SiLU."""
     packages({**WORKING_CAUSAL_CONV1D, **(CAUSAL_CONV1D_BACKWARD if own_backward else {})})
     inputs = _conv_inputs()
-    y, state = _causal_conv1d_package(*inputs, return_final_state=True)
-    y_ref, state_ref = causal_conv1d_reference(*inputs, return_final_state=True)
+    y, state = _causal_conv1d_package(*inputs, return_final_state=True, silu=silu)
+    y_ref, state_ref = causal_conv1d_reference(*inputs, return_final_state=True, silu=silu)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(state, state_ref)
     weights = torch.randn_like(y)
@@ -309,7 +314,7 @@ def test_causal_conv1d_adapter_gives_the_reference_outputs_and_gradients(package
     if own_backward:
         import causal_conv1d.cpp_functions
 
-        assert causal_conv1d.cpp_functions.CALLS == [(None, None, None, None, False, False)]
+        assert causal_conv1d.cpp_functions.CALLS == [(None, None, None, None, False, silu)]
 
 
 @pytest.mark.parametrize("own_backward", [False, True], ids=["adjoint", "package backward"])
@@ -318,10 +323,10 @@ def test_causal_conv1d_op_passes_opcheck(packages, own_backward):
 
     packages({**WORKING_CAUSAL_CONV1D, **(CAUSAL_CONV1D_BACKWARD if own_backward else {})})
     x, weight, bias = _conv_inputs()
-    for args in ((x, weight, bias), (x.detach().contiguous(), weight, None)):
+    for args in ((x, weight, bias, True), (x.detach().contiguous(), weight, None, False)):
         torch.library.opcheck(causal_conv1d_package_op, args)
-        plain = tuple(None if t is None else t.detach() for t in args)  # a backward has no gradient of its own
-        torch.library.opcheck(causal_conv1d_backward_op, (*plain, torch.randn_like(plain[0])))
+        plain = tuple(None if t is None else t.detach() for t in args[:3])  # a backward has no gradient of its own
+        torch.library.opcheck(causal_conv1d_backward_op, (*plain, torch.randn_like(plain[0]), args[3]))
 
 
 def _needs_package(check):
@@ -357,8 +362,8 @@ def test_causal_conv1d_kernel_compiles_and_matches_the_reference_on_cuda():
 
     _needs_package(causal_conv1d_package)
     inputs = [t.float().detach().requires_grad_() for t in _conv_inputs(device="cuda")]
-    torch.library.opcheck(causal_conv1d_package_op, tuple(inputs))
-    y, y_ref = _causal_conv1d_package(*inputs), causal_conv1d_reference(*inputs)
+    torch.library.opcheck(causal_conv1d_package_op, (*inputs, True))
+    y, y_ref = _causal_conv1d_package(*inputs, silu=True), causal_conv1d_reference(*inputs, silu=True)
     torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
     for g, g_ref in zip(torch.autograd.grad(y.sum(), inputs), torch.autograd.grad(y_ref.sum(), inputs)):
         torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-4)
