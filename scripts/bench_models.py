@@ -416,10 +416,39 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
             step()
             torch.cuda.synchronize()
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
+    decode = decode_launches(model.eval(), inputs[:1, :8])
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.txt").write_text(f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast, "
-                                     f"Triton scans\n{table}\n")
-    return table
+                                     f"Triton scans\n{table}\n\n{decode}\n")
+    return f"{table}\n\n{decode}"
+
+
+def decode_launches(model, prompt: torch.Tensor) -> str:
+    """How many CUDA kernels one eager decoding step of `model` launches (batch 1, the layers' "auto" backends), the
+    whole step and one block's: what a CUDA graph replays per token, where each launch costs a few microseconds."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from seqssm.layers import frozen_weights
+
+    def kernels(fn) -> list[str]:
+        fn()  # warm: caches, Triton compiles
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+    with torch.no_grad(), frozen_weights():
+        _, state = model.backbone.scan(model.embed(prompt))
+        token = prompt[:, -1]
+        block, block_state = model.backbone.layers[0], state[0]
+        x_t = model.embed(token)
+        whole = kernels(lambda: model._step(token, state))
+        one = kernels(lambda: block._step(x_t, block_state))
+    names = "\n".join(f"  {name}" for name in one)
+    return (f"one decoding step, batch 1, float32: {len(whole)} kernels for {len(model.backbone.layers)} blocks, "
+            f"{len(one)} for one block:\n{names}")
 
 
 # ------------------------------------------------------------------------------------- 2. S4D stacks
@@ -660,7 +689,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=3, help="training steps timed together per round")
     p.add_argument("--profile", action="store_true",
-                   help="instead of the parts: the CUDA kernels of one seqssm training step, into OUT/profile.txt")
+                   help="instead of the parts: the CUDA kernels of one seqssm training step and those one decoding "
+                        "step launches, into OUT/profile.txt")
     p.add_argument("--s4-peer", default=str(REPO / ".peers" / "s4d.py"),
                    help="the S4 authors' models/s4/s4d.py (state-spaces/s4); its row is an error when missing")
     args = p.parse_args(argv)

@@ -116,6 +116,31 @@ def test_a_mamba_step_on_the_triton_backends_is_two_kernels_a_layer_and_the_torc
 
 
 @pytest.mark.gpu
+@torch.no_grad()
+def test_a_mamba_s6_block_step_launches_seven_kernels_beside_its_norm_on_cuda():
+    """What a CUDA graph replays per layer and token: in_proj, the conv step, x_proj, dt_proj, the S6 step with its
+    gate, out_proj and the residual add, beside the RMSNorm's own kernels (one where torch fuses it)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    model = tiny("mamba-s6", dtype=torch.float32, device="cuda")
+    block = model.backbone.layers[0]
+    x_t = torch.randn(2, block.d_model, device="cuda")
+
+    def kernels(fn) -> int:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(e.device_type == DeviceType.CUDA for e in prof.events())
+
+    with frozen_weights():
+        state = block.initial_state(2, device="cuda")
+        assert kernels(lambda: block._step(x_t, state)) <= 7 + kernels(lambda: block.norm(x_t))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n in NAMES if "rope" not in n])  # RoPE's step reads a position on the CPU
 @pytest.mark.parametrize("temperature,top_k", [(0.0, None), (1.0, 4)])
 @torch.no_grad()
