@@ -44,12 +44,15 @@ def checked_config(block: str, d_model: int, config: BlockConfig | None, cls: ty
     return config
 
 
+def residual_stream(residual: torch.Tensor, in_fp32: bool) -> torch.Tensor:
+    """residual, with in_fp32 (residual_in_fp32) in at least float32: a lower-precision model keeps its residual
+    stream wide."""
+    return residual.to(torch.promote_types(residual.dtype, torch.float32)) if in_fp32 else residual
+
+
 def add_residual(residual: torch.Tensor, out: torch.Tensor, in_fp32: bool) -> torch.Tensor:
-    """residual + out, with in_fp32 (residual_in_fp32) in at least float32: a lower-precision model keeps its
-    residual stream wide."""
-    if in_fp32:
-        residual = residual.to(torch.promote_types(residual.dtype, torch.float32))
-    return residual + out
+    """residual + out, the residual stream as `residual_stream` keeps it."""
+    return residual_stream(residual, in_fp32) + out
 
 
 def make_norm(d_model: int, rms: bool, eps: float = 1e-5) -> nn.Module:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqssm.blocks.common import (
-    FeatureDropout, add_residual, checked_config, flip_within_lengths, make_norm, make_ssp
+    FeatureDropout, add_residual, checked_config, flip_within_lengths, make_norm, make_ssp, residual_stream
 )
 from seqssm.blocks.config import MambaBlockConfig, SSPConfig
 from seqssm.layers.base import ChannelsFirstLayer, SequenceLayer, mask_outputs, non_causal_error
@@ -167,8 +167,14 @@ class MambaBlock(SequenceLayer):
         dropout of dropout_position "ssp_output" on gated."""
         if self.dropout_position == "ssp_output":
             gated = self.dropout(gated)  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
-        out = self.out_proj(gated)
-        return add_residual(residual, out, self.residual_in_fp32)
+        weight = self.out_proj.weight
+        if gated.ndim == 2 and self.out_proj.bias is None and not torch.is_autocast_enabled(gated.device.type):
+            stream = residual_stream(residual, self.residual_in_fp32)
+            if stream.dtype == gated.dtype == weight.dtype:
+                # A step: the residual as the product's addend, one GEMM (beta = 1) instead of a product and an add;
+                # in a decoding graph each launch costs about what a layer's products do.
+                return torch.addmm(stream, gated, weight.t())
+        return add_residual(residual, self.out_proj(gated), self.residual_in_fp32)
 
     def _forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, d_model), lengths (B,) of right-padded sequences (used by the reverse branch) -> (B, L, d_model)."""
