@@ -8,9 +8,11 @@ The op is functional: it writes the next state into a new tensor instead of upda
 mutates nothing needs no aliasing annotations for torch.compile, and a CUDA graph replays it as well, its output
 buffers being the graph's own. Its backward recomputes the torch path (`torch.func.vjp`), so that gradients stay
 correct wherever a step is trained through; decoding runs without gradients and never pays for it.
+
 `causal_conv1d_step` (`seqssm.ops.conv1d`): the Mamba blocks' conv window, taps, bias and SiLU in one kernel
-(`conv1d_step_fwd`), as causal_conv1d's `causal_conv1d_update` does, where the torch path takes five. Both are
-custom ops of the same kind.
+(`conv1d_step_fwd`), as causal_conv1d's `causal_conv1d_update` does, where the torch path takes five; a functional
+custom op of the same kind.
+
 On CPU tensors the kernels run in Triton's interpreter, which TRITON_INTERPRET=1 allows; it is meant for tests.
 """
 
