@@ -167,9 +167,8 @@ class MambaBlock(SequenceLayer):
         dropout of dropout_position "ssp_output" on gated."""
         if self.dropout_position == "ssp_output":
             gated = self.dropout(gated)  # feature dropout commutes with the gate: dropout(y) * SiLU(z)
-        weight = self.out_proj.weight
         if gated.ndim == 2 and self.out_proj.bias is None and not torch.is_autocast_enabled(gated.device.type):
-            stream = residual_stream(residual, self.residual_in_fp32)
+            stream, weight = residual_stream(residual, self.residual_in_fp32), self.out_proj.weight
             if stream.dtype == gated.dtype == weight.dtype:
                 # A step: the residual as the product's addend, one GEMM (beta = 1) instead of a product and an add;
                 # in a decoding graph each launch costs about what a layer's products do.

@@ -46,6 +46,17 @@ def _check(inp, softplus, tol):
     torch.testing.assert_close(h.double(), h_ref, **tol)
 
 
+def _assert_gradients_match(fast_step, torch_step, inp: dict, device, **flags):
+    """The gradients of fast_step(**inp, **flags) for every input of `inp` (all leaves), through each of its outputs
+    under one random cotangent, equal torch_step's, to float32's tolerance."""
+    leaves = list(inp.values())
+    outs = {name: step(**inp, **flags) for name, step in (("fast", fast_step), ("torch", torch_step))}
+    cot = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1)).to(device) for t in outs["torch"]]
+    grads = {name: torch.autograd.grad(out, leaves, cot) for name, out in outs.items()}
+    for name, fast, ref in zip(inp, grads["fast"], grads["torch"]):
+        torch.testing.assert_close(fast, ref, **TOL[torch.float32], msg=lambda m: f"d{name}: {m}")
+
+
 # (batch, dim, N, groups): dims that are not powers of two, one group, several, and one per channel (the reference
 # scan's time-invariant B and C).
 SHAPES = [(1, 3, 1, 0), (2, 10, 5, 2), (3, 40, 16, 4), (2, 7, 3, 7), (1, 24, 16, 1), (2, 33, 12, 3)]
@@ -79,13 +90,8 @@ def test_step_reads_strided_views(device):
 def test_step_gradients_are_the_torch_paths(device):
     """Gradients through the op (its backward recomputes the torch path) for every input, through y and the state."""
     inp = {k: v.requires_grad_() for k, v in _inputs(device, 2, 10, 5, 2).items()}
-    leaves = [inp[k] for k in NAMES]
-    outs = {name: step(**inp, delta_softplus=True) for name, step in
-            (("triton", selective_step_triton), ("torch", _selective_step_torch))}
-    cot = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1)).to(device) for t in outs["torch"]]
-    grads = {name: torch.autograd.grad(out, leaves, cot) for name, out in outs.items()}
-    for name, fast, ref in zip(NAMES, grads["triton"], grads["torch"]):
-        torch.testing.assert_close(fast, ref, **TOL[torch.float32], msg=lambda m: f"d{name}: {m}")
+    _assert_gradients_match(selective_step_triton, _selective_step_torch, {k: inp[k] for k in NAMES}, device,
+                            delta_softplus=True)
 
 
 def test_step_takes_batch_zero(device):
@@ -195,13 +201,7 @@ def test_conv_step_reads_strided_views(device):
 def test_conv_step_gradients_are_the_torch_paths(device):
     """Gradients through the op (its backward recomputes the torch path) for every input, through y and the state."""
     inp = {k: v.requires_grad_() for k, v in _conv_inputs(device, 2, 10, 4).items()}
-    leaves = list(inp.values())
-    outs = {name: step(**inp, silu=True) for name, step in
-            (("triton", causal_conv1d_step_triton), ("torch", _causal_conv1d_step_torch))}
-    cot = [torch.randn(t.shape, generator=torch.Generator().manual_seed(1)).to(device) for t in outs["torch"]]
-    grads = {name: torch.autograd.grad(out, leaves, cot) for name, out in outs.items()}
-    for name, fast, ref in zip(inp, grads["triton"], grads["torch"]):
-        torch.testing.assert_close(fast, ref, **TOL[torch.float32], msg=lambda m: f"d{name}: {m}")
+    _assert_gradients_match(causal_conv1d_step_triton, _causal_conv1d_step_torch, inp, device, silu=True)
 
 
 def test_conv_step_takes_batch_zero(device):
