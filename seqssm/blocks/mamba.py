@@ -22,6 +22,29 @@ from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
 
+class _ProductHalves(torch.autograd.Function):
+    """weight (2 d, k), x (n, k), bias (2 d) or None -> the two halves (d, n) of weight x^T + bias, views of one
+    product. Autograd's backward of `chunk` concatenates the halves' gradients into a new (2 d, n) tensor, one pass
+    over the block's widest activation; this backward takes the halves' products one by one instead."""
+
+    @staticmethod
+    def forward(ctx, weight, x, bias):
+        ctx.save_for_backward(weight, x)
+        ctx.has_bias = bias is not None
+        product = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias.unsqueeze(-1), weight, x.t())
+        return product.chunk(2, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad_first, grad_second):
+        weight, x = ctx.saved_tensors
+        (w1, w2), n = weight.chunk(2, dim=0), x.shape[0]
+        g1, g2 = (x.new_zeros(w.shape[0], n) if g is None else g for g, w in ((grad_first, w1), (grad_second, w2)))
+        grad_weight = torch.cat([torch.mm(g1, x), torch.mm(g2, x)]) if ctx.needs_input_grad[0] else None
+        grad_x = torch.addmm(torch.mm(g1.t(), w1), g2.t(), w2) if ctx.needs_input_grad[1] else None
+        grad_bias = torch.cat([g1.sum(1), g2.sum(1)]) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_weight, grad_x, grad_bias
+
+
 class ConvSSPBranch(ChannelsFirstLayer):
     """Causal depthwise conv1d (with bias) -> SiLU -> [RoPE ->] SSP over d_inner channels, channels first.
 
@@ -149,12 +172,18 @@ class MambaBlock(SequenceLayer):
         # (time-contiguous, as the conv and scan kernels read it, and a plain matrix to each product), so that
         # nothing between in_proj and out_proj copies, forward or backward.
         b, length, _ = h.shape
-        xz = torch.mm(self.in_proj.weight, h.reshape(b * length, -1).t())
-        if self.in_proj.bias is not None:
-            xz = xz + self.in_proj.bias.to(xz.dtype).unsqueeze(-1)
-        if self.dropout_position == "in_proj":
+        weight, bias, h = self.in_proj.weight, self.in_proj.bias, h.reshape(b * length, -1)
+        if self.dropout_position == "in_proj" and self.dropout.training and self.dropout.p > 0:
+            xz = torch.mm(weight, h.t()) if bias is None else torch.addmm(bias.unsqueeze(-1), weight, h.t())
             xz = self.dropout(xz.view(-1, b, length).permute(1, 2, 0)).permute(2, 0, 1).reshape(-1, b * length)
-        return tuple(half.view(-1, b, length).permute(1, 2, 0) for half in xz.chunk(2, dim=0))
+            halves = xz.chunk(2, dim=0)
+        else:
+            # The product's dtype under autocast, cast once here: the halves' function computes in its inputs' dtype.
+            device = h.device.type
+            dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                     else torch.promote_types(weight.dtype, h.dtype))
+            halves = _ProductHalves.apply(weight.to(dtype), h.to(dtype), None if bias is None else bias.to(dtype))
+        return tuple(half.view(-1, b, length).permute(1, 2, 0) for half in halves)
 
     def _channels_first(self, x: torch.Tensor):
         """x (B, L, d_model) -> SSP input, gate z, each (B, d_inner, L): the block's one switch of layout."""

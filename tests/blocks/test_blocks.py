@@ -266,6 +266,53 @@ def test_mamba_channels_first_projection_equals_in_proj(position):
         assert b.transpose(1, 2).stride(-1) == 1  # time-contiguous, as the CUDA kernels read it
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_mamba_channels_first_projection_backward_writes_no_activation_sized_tensor(bias):
+    """The CUDA layout's in_proj backward: the gradients of x, in_proj's weight and bias equal in_proj's, and, given
+    xi's and z's gradients laid out as the conv and scan kernels write them (like xi and z), no op writes a tensor of
+    (d_inner, B L) elements or more (autograd's backward of chunk concatenated the two: a pass over the block's
+    widest activation)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.sizes = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and func.overloadpacket.__name__ not in ("view", "t", "permute", "detach"):
+                    self.sizes[func.overloadpacket.__name__] = max(self.sizes.get(func.overloadpacket.__name__, 0),
+                                                                    t.numel())
+            return out
+
+    block = MambaBlock(D, MambaBlockConfig(SSPConfig("s6", 4), proj_bias=bias)).double()
+    h = torch.randn(3, 7, D, dtype=torch.float64, requires_grad=True)
+    first, plain = block._project(h, channels_first=True), block._project(h)
+    grads = [torch.empty_like(t).normal_() for t in first]
+    largest = Largest()
+    with largest:
+        got = torch.autograd.grad(first, [h, *block.parameters()], grads, allow_unused=True)
+    want = torch.autograd.grad(plain, [h, *block.parameters()], grads, allow_unused=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    activation = block.d_inner * 3 * 7
+    assert largest.sizes and max(largest.sizes.values()) < activation, largest.sizes
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # mixed precision: bfloat16 products, float32 gradients
+        block.float()
+        first = block._project(h.detach().float().requires_grad_(), channels_first=True)
+        plain = block._project(h.detach().float().requires_grad_())
+    assert all(t.dtype == torch.bfloat16 for t in first)
+    torch.testing.assert_close(first, plain)
+    grads = [torch.randn(t.shape, dtype=torch.bfloat16) for t in first]
+    got = torch.autograd.grad(first, list(block.parameters()), grads, allow_unused=True)
+    want = torch.autograd.grad(plain, list(block.parameters()), grads, allow_unused=True)
+    for g, w in zip(got, want):
+        assert g is None or g.dtype == torch.float32
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["triton", "auto"])
 @pytest.mark.parametrize("position", ["ssp_output", "in_proj"])
