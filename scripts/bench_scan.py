@@ -10,8 +10,8 @@ batch 8 x L 2048 and batch 2 x L 8192), with and without resets, for "triton" (a
 chunk lengths, --chunks), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
 `selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
 PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
-and `causal_conv1d` ("torch" with and without resets, the causal_conv1d package's kernel without) against
-a depthwise F.conv1d (cuDNN), which takes no resets. Scan rows carry their hardware limit. A backend that fails is recorded
+and `causal_conv1d` with SiLU ("torch" with and without resets, the causal_conv1d package's kernels and the
+Triton ones without) against a depthwise F.conv1d (cuDNN) and F.silu, which take no resets. Scan rows carry their hardware limit. A backend that fails is recorded
 with its error. It writes JSON and a markdown table (same name, .md), judges CUDA_TARGETS, and exits
 1 when one is missed or unmeasured (mamba_ssm not installed, say).
 
@@ -317,14 +317,16 @@ def cuda_suite(args) -> dict:
         bias = torch.randn(d, device=device, requires_grad=True)
         shape = dict(batch=b, dim=d, L=L, K=4)
         name = f"conv-{b}x{d}x{L}"
-        record("causal_conv1d", name, shape, False, "F.conv1d", lambda: F.conv1d(  # noqa: E731
-            F.pad(x, (3, 0)), w.to(dtype)[:, None], bias.to(dtype), groups=d), [x, w, bias])
-        record("causal_conv1d", name, shape, False, "causal_conv1d", lambda: causal_conv1d(  # noqa: E731
-            x, w, bias, backend="causal_conv1d"), [x, w, bias])
+        # SiLU on, as the Mamba blocks call the conv
+        record("causal_conv1d", name, shape, False, "F.conv1d", lambda: F.silu(F.conv1d(  # noqa: E731
+            F.pad(x, (3, 0)), w.to(dtype)[:, None], bias.to(dtype), groups=d)), [x, w, bias])
+        for backend in ("causal_conv1d", "triton"):
+            record("causal_conv1d", name, shape, False, backend, lambda backend=backend: causal_conv1d(  # noqa: E731
+                x, w, bias, silu=True, backend=backend), [x, w, bias])
         for with_resets in (False, True):
             resets = (torch.rand(b, L, device=device) < 1 / 256) if with_resets else None
             record("causal_conv1d", name, shape, with_resets, "torch", lambda resets=resets: causal_conv1d(  # noqa: E731
-                x, w, bias, resets=resets, backend="torch"), [x, w, bias])
+                x, w, bias, resets=resets, silu=True, backend="torch"), [x, w, bias])
 
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peaks": peaks,
             "triton": __import__("triton").__version__, "mamba_ssm": _version("mamba_ssm"),

@@ -7,7 +7,8 @@ reset at t (resets[b, t] = True) hides every input before t from outputs at t an
 Backends: "reference" runs the recurrence step by step; "torch" sums K shifted copies of the
 left-padded input (resets mask the taps), on CPU and on CUDA; on CUDA "auto" prefers the
 `causal_conv1d` package when it is installed and the call has neither an initial state nor resets (through
-the custom op of `seqssm.ops.cuda_packages`). `causal_conv1d_step`, one step of decoding, has "torch" (a few
+the custom op of `seqssm.ops.cuda_packages`), then "triton" for such calls (`seqssm.ops.triton_conv`: one kernel
+each way, as the package's). Both return y in x's dtype. `causal_conv1d_step`, one step of decoding, has "torch" (a few
 torch ops) and, "auto" on CUDA, "triton" (one kernel: window, taps, bias and SiLU, as causal_conv1d's
 `causal_conv1d_update` does).
 """
@@ -79,10 +80,15 @@ def causal_conv1d_reference(x, weight, bias=None, initial_state=None, resets=Non
     return (y, state) if return_final_state else y
 
 
+def with_final_state(y: torch.Tensor, x: torch.Tensor, k: int, return_final_state: bool):
+    """y, or (y, the last K-1 inputs of x (batch, dim, K-1), zeros before t = 0) with return_final_state: the
+    result of a backend that takes no initial state and no resets."""
+    return (y, _final_state(F.pad(x, (k - 1, 0)), None, k)) if return_final_state else y
+
+
 def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
                            silu=False):
-    y = causal_conv1d_package_op(x, weight, bias, silu)
-    return (y, _final_state(F.pad(x, (weight.shape[1] - 1, 0)), None, weight.shape[1])) if return_final_state else y
+    return with_final_state(causal_conv1d_package_op(x, weight, bias, silu), x, weight.shape[1], return_final_state)
 
 
 def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
@@ -99,10 +105,9 @@ def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, 
     # A sum of K shifted, scaled copies: with K = 4 this is as fast as F.conv1d forward on large
     # inputs and far faster on small ones and in the backward pass (measured on CPU: depthwise
     # conv1d backward took >10x longer at (16, 232, 1024)); masking a tap implements resets.
-    # On CUDA it is also the path with a state and resets: K + 2 elementwise kernels whatever L is,
-    # against the scans' time loops a small cost, and exact; cuDNN's depthwise conv1d cannot mask
-    # taps per step, and a Triton kernel would save only those few passes over (batch, dim, L).
-    # scripts/bench_scan.py --device cuda times it against F.conv1d to keep that claim honest.
+    # On CUDA it is the path with a state and resets (the RL updates, chained scans): K + 2 elementwise
+    # kernels whatever L is, against the scans' time loops a small cost, and exact; cuDNN's depthwise
+    # conv1d cannot mask taps per step. Plain training calls go to the package or the Triton kernels.
     mask = _source_mask(resets, length, k, x.device)
     y = None
     for j in range(k):
@@ -193,13 +198,25 @@ def _causal_conv1d_package_check(call: Call) -> str | None:
     return None
 
 
+def _causal_conv1d_triton_check(call: Call) -> str | None:
+    """What the Triton kernels require: offsets inside one batch row of x below 2^31 (they are 32-bit)."""
+    x, _ = call.detail
+    reason = triton_device_check(call)
+    if reason is None and sum((n - 1) * abs(s) for n, s in zip(x.shape[1:], x.stride()[1:])) >= 2**31:
+        reason = f"one batch row of x spans 2^31 elements or more (shape {tuple(x.shape)}, strides {x.stride()})"
+    return reason
+
+
+_HALF_AND_FLOAT = frozenset({torch.float16, torch.bfloat16, torch.float32})
 register(Backend("causal_conv1d", "reference", causal_conv1d_reference, auto_devices=NEVER))
 register(Backend("causal_conv1d", "causal_conv1d", _causal_conv1d_package, devices=CUDA, auto_devices=CUDA,
-                 dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), initial_state=False, resets=False,
+                 dtypes=_HALF_AND_FLOAT, initial_state=False, resets=False,
                  available=lambda: causal_conv1d_package()[1], check=_causal_conv1d_package_check))
+register(Backend("causal_conv1d", "triton", "seqssm.ops.triton_conv:causal_conv1d_triton",
+                 devices=frozenset({"cuda", "cpu"}), auto_devices=CUDA, dtypes=_HALF_AND_FLOAT, initial_state=False,
+                 resets=False, available=triton_missing, check=_causal_conv1d_triton_check))
 register(Backend("causal_conv1d", "torch", _causal_conv1d_torch))
 register(Backend("causal_conv1d_step", "triton", "seqssm.ops.triton_step:causal_conv1d_step_triton",
                  devices=frozenset({"cuda", "cpu"}), auto_devices=CUDA,
-                 dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}), available=triton_missing,
-                 check=triton_device_check))
+                 dtypes=_HALF_AND_FLOAT, available=triton_missing, check=triton_device_check))
 register(Backend("causal_conv1d_step", "torch", _causal_conv1d_step_torch))

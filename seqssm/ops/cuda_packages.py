@@ -194,16 +194,20 @@ def _(x, weight, bias, grad_y, silu):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias) if bias is not None else x.new_empty(0)
 
 
-def _save_conv(ctx, inputs, output):
-    x, weight, bias, silu = inputs
-    ctx.save_for_backward(x, weight, bias)
-    ctx.silu = silu
+def register_conv_autograd(op, backward_op) -> None:
+    """Give a causal conv op, op(x, weight, bias, silu) -> y, its autograd: backward_op(x, weight, bias, grad_y, silu)
+    -> gradients of x, weight, bias (empty without bias), as this module's and the Triton backend's ops have."""
+    def setup(ctx, inputs, output):
+        x, weight, bias, silu = inputs
+        ctx.save_for_backward(x, weight, bias)
+        ctx.silu = silu
+
+    def backward(ctx, grad_y):
+        x, weight, bias = ctx.saved_tensors
+        grad_x, grad_weight, grad_bias = backward_op(x, weight, bias, grad_y, ctx.silu)
+        return grad_x, grad_weight, None if bias is None else grad_bias, None
+
+    op.register_autograd(backward, setup_context=setup)
 
 
-def _conv_backward(ctx, grad_y):
-    x, weight, bias = ctx.saved_tensors
-    grad_x, grad_weight, grad_bias = causal_conv1d_backward_op(x, weight, bias, grad_y, ctx.silu)
-    return grad_x, grad_weight, None if bias is None else grad_bias, None
-
-
-causal_conv1d_package_op.register_autograd(_conv_backward, setup_context=_save_conv)
+register_conv_autograd(causal_conv1d_package_op, causal_conv1d_backward_op)

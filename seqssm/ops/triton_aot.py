@@ -13,8 +13,8 @@ with the ptxas inside the triton wheel. Registers, stack and shared memory are r
 
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
-and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels and the
-decoding step's two (`seqssm.ops.triton_step`) no spills).
+and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels, the
+decoding step's two (`seqssm.ops.triton_step`) and the causal conv's (`seqssm.ops.triton_conv`) no spills).
 
 Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
 `triton.runtime.driver.set_active`); other releases may move these.
@@ -43,8 +43,8 @@ ARCHS = (80, 90)
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One call the layers make: `op` "selective", "linear", "ssd" or "step" (one decoding step of the Mamba block),
-    the dtype of the inputs, sizes and flags."""
+    """One call the layers make: `op` "selective", "linear", "ssd", "conv" (the Mamba block's causal conv) or "step"
+    (one decoding step of the Mamba block), the dtype of the inputs, sizes and flags."""
 
     name: str
     op: str
@@ -55,7 +55,8 @@ class Case:
 
     def run(self) -> None:
         """Call the op's Triton implementation on meta tensors (forward, then backward if `grad`)."""
-        {"selective": _selective_call, "linear": _linear_call, "ssd": _ssd_call, "step": _step_call}[self.op](self)
+        {"selective": _selective_call, "linear": _linear_call, "ssd": _ssd_call, "conv": _conv_call,
+         "step": _step_call}[self.op](self)
 
 
 def _leaf(*shape, dtype, grad):
@@ -140,6 +141,27 @@ def _ssd_call(case: Case) -> None:
                                 B, C, D, resets, states, tile, seg, h0 is not None)
 
 
+def _conv_call(case: Case) -> None:
+    """The Triton causal conv forward and backward (`seqssm.ops.triton_conv`), as the Mamba block calls it: x the first
+    half of in_proj's (2 d, b L) output (time-contiguous), or with "channels_last" a transposed (b, L, d) tensor (the
+    Mamba-2 layer's), or with "contiguous" a (b, d, L) one (scripts/bench_scan.py's); the conv's (d, 4) taps and bias
+    float32 (the block's parameters), SiLU on; the gradient laid out as x."""
+    from seqssm.ops import triton_conv
+
+    s, dt = case.sizes, case.dtype
+    b, d, length = s["batch"], s["dim"], s["L"]
+    if "channels_last" in case.flags:
+        x = _leaf(b, length, d, dtype=dt, grad=False).transpose(1, 2)
+    elif "contiguous" in case.flags:
+        x = _leaf(b, d, length, dtype=dt, grad=False)
+    else:
+        x = _leaf(2 * d, b, length, dtype=dt, grad=False)[:d].transpose(0, 1)
+    weight, bias = _leaf(d, 1, 4, dtype=torch.float32, grad=False)[:, 0], _leaf(d, dtype=torch.float32, grad=False)
+    y = triton_conv.conv_forward(x, weight, bias, True)
+    if case.grad:
+        triton_conv.conv_backward(x, weight, bias, torch.empty_like(y), True)
+
+
 def _step_call(case: Case) -> None:
     """The Triton kernels of one decoding step of the Mamba block, as it calls them. The conv step: x_t the first
     half of in_proj's (b, 2 d) output, its (b, d, 3) state, the conv's (d, 4) taps and bias, in the layer's dtype.
@@ -193,6 +215,8 @@ def cases(tier: str = "quick") -> list[Case]:
         Case("SSD training in the Mamba-2 layer, float32", "ssd", torch.float32, MAMBA2_130M),
         *(Case(f"Mamba decoding step, batch {shape['batch']}, {str(dtype).removeprefix('torch.')}", "step", dtype, shape,
                grad=False) for shape in MAMBA_130M_DECODE for dtype in (torch.bfloat16, torch.float32)),
+        Case("Mamba block conv, bf16", "conv", torch.bfloat16, MAMBA_130M),
+        Case("Mamba block conv, float32", "conv", torch.float32, MAMBA_130M),
     ]
     if tier == "quick":
         return quick
@@ -218,6 +242,9 @@ def cases(tier: str = "quick") -> list[Case]:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         full.append(Case(f"SSD {dtype} state+resets", "ssd", dtype, MAMBA2_130M, frozenset({"state", "resets"})))
     full.append(Case("SSD fp16", "ssd", torch.float16, MAMBA2_130M))
+    full += [Case(f"conv {dtype} {'+'.join(flags) or 'block layout'}", "conv", dtype, MAMBA_130M, flags)
+             for dtype in (torch.float16, torch.bfloat16, torch.float32)
+             for flags in (frozenset(), frozenset({"channels_last"}), frozenset({"contiguous"}))]
     full.append(Case("SSD inference, bf16", "ssd", torch.bfloat16, MAMBA2_130M, frozenset({"state"}), grad=False))
     return full
 
@@ -225,7 +252,8 @@ def cases(tier: str = "quick") -> list[Case]:
 def bench_cases() -> list[Case]:
     """The Triton calls of the CUDA benchmarks (scripts/bench_scan.py, scripts/bench_models.py), compiled into a
     cache ahead of a short GPU session: bfloat16 S6 at the thesis's and mamba-130m's widths with and without
-    resets, the Mamba block's scan in its layout (bench_models.py), and the S5 PPO update."""
+    resets, the Mamba block's scan and conv in its layout (bench_models.py), the conv as bench_scan.py calls it,
+    and the S5 PPO update."""
     out = []
     shapes = [dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)]
     shapes += [MAMBA_130M, dict(batch=2, dim=1536, N=16, L=8192)]
@@ -234,6 +262,9 @@ def bench_cases() -> list[Case]:
             out.append(Case(f"bench S6 {shape['batch']}x{shape['dim']}x{shape['L']} {'+'.join(flags) or 'plain'}",
                             "selective", torch.bfloat16, shape, flags))
     out.append(Case("bench S6 Mamba block", "selective", torch.bfloat16, MAMBA_130M, frozenset({"block_layout"})))
+    out.append(Case("bench conv, Mamba block", "conv", torch.bfloat16, MAMBA_130M))
+    out.append(Case("bench conv 8x1536x4096", "conv", torch.bfloat16, dict(batch=8, dim=1536, L=4096),
+                    frozenset({"contiguous"})))
     for flags in (frozenset({"broadcast", "state"}), frozenset({"broadcast", "state", "resets"})):
         out.append(Case(f"bench S5 PPO {'+'.join(sorted(flags))}", "linear", torch.complex64, S5_PPO, flags))
     return out
@@ -444,8 +475,8 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
     return results
 
 
-# Kernels that may not spill in any compile: the SSD scan's, and the decoding step's two.
-_NO_SPILLS = ("ssd_", "selective_step", "conv1d_step")
+# Kernels that may not spill in any compile: the SSD scan's, the decoding step's two and the causal conv's.
+_NO_SPILLS = ("ssd_", "selective_step", "conv1d_")
 
 
 def _is_selective(r: Result) -> bool:
@@ -471,7 +502,7 @@ def check(results: list[Result]) -> list[str]:
         if r.launch.kernel_name.startswith(_NO_SPILLS) and not r.error and r.spills():
             problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
-                            f"(the SSD kernels and the decoding step: no spills)")
+                            f"(the SSD kernels, the decoding step and the causal conv: no spills)")
     wide: dict[tuple, list[Result]] = {}
     for r in strict:
         if max(c.sizes["N"] for c in r.launch.cases()) > 16:

@@ -641,3 +641,101 @@ def conv1d_step_fwd(
     # Entry k of the window (k >= 1) is entry k - 1 of the next state.
     tl.store(out_ptr + pid_b * dim * (width - 1) + d[:, None] * (width - 1) + (k - 1)[None, :],
              window.to(out_ptr.dtype.element_ty), mask=mask_d[:, None] & (k >= 1)[None, :] & (k < width)[None, :])
+
+
+@triton.jit
+def _conv_taps(x_ptr, w_ptr, x_base, d, t, s_xd, s_xl, s_wd, s_wk, mask_d, length, SHIFT: tl.constexpr,
+               WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr):
+    # The depthwise convolution without its bias at times t + SHIFT: Σ_j w[d, j] x[d, t + SHIFT - (WIDTH-1) + j], x
+    # zero before 0 and from `length` on, in float32 (BLOCK_D, BLOCK_L).
+    acc = tl.full((BLOCK_D, BLOCK_L), 0.0, tl.float32)
+    for j in tl.static_range(WIDTH):
+        src = t + (SHIFT - (WIDTH - 1) + j)
+        w = tl.load(w_ptr + d * s_wd + j * s_wk, mask=mask_d, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + x_base + d[:, None] * s_xd + src[None, :] * s_xl,
+                    mask=mask_d[:, None] & ((src >= 0) & (src < length))[None, :], other=0.0)
+        acc += w[:, None] * x.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def conv1d_fwd(
+    x_ptr, w_ptr, bias_ptr, y_ptr,
+    dim, length, n_dblocks, n_lblocks,
+    s_xb, s_xd, s_xl, s_yb, s_yd, s_yl, s_wd, s_wk,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr, WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+):
+    # The causal depthwise conv of a (BLOCK_D, BLOCK_L) tile of one batch row: the taps read the tile and the WIDTH-1
+    # steps before it (from cache but for the tile itself), plus the bias, through SiLU with SILU; float32 inside, y in
+    # y's dtype with y's strides.
+    pid = tl.program_id(0)
+    pid_b = tl.cast(pid // (n_dblocks * n_lblocks), tl.int64)
+    rest = pid % (n_dblocks * n_lblocks)
+    d = (rest // n_lblocks) * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = (rest % n_lblocks) * BLOCK_L + tl.arange(0, BLOCK_L)
+    mask_d = d < dim
+    v = _conv_taps(x_ptr, w_ptr, pid_b * s_xb, d, t, s_xd, s_xl, s_wd, s_wk, mask_d, length, 0, WIDTH, BLOCK_D,
+                   BLOCK_L)
+    if HAS_BIAS:
+        v += tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(tl.float32)[:, None]
+    if SILU:
+        v = v / (1.0 + tl.exp(-v))
+    tl.store(y_ptr + pid_b * s_yb + d[:, None] * s_yd + t[None, :] * s_yl, v.to(y_ptr.dtype.element_ty),
+             mask=mask_d[:, None] & (t < length)[None, :])
+
+
+@triton.jit
+def conv1d_bwd(
+    x_ptr, w_ptr, bias_ptr, gy_ptr, gx_ptr, gw_ptr, gb_ptr,
+    dim, length, n_dblocks, n_groups, tiles_per_group,
+    s_xb, s_xd, s_xl, s_gb, s_gd, s_gl, s_gxb, s_gxd, s_gxl, s_wd, s_wk,
+    HAS_BIAS: tl.constexpr, SILU: tl.constexpr, WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+):
+    # The gradients of `conv1d_fwd`. A program owns one batch row, BLOCK_D channels and a group of tiles_per_group
+    # consecutive (BLOCK_D, BLOCK_L) tiles. With dv the gradient at the conv's output (before SiLU: dy times SiLU's
+    # derivative at the recomputed pre-activation), dx[t] = Σ_j w[j] dv[t + WIDTH-1 - j] reads dv up to WIDTH-1 steps
+    # past the tile, recomputed there rather than kept. The weight's and the bias's sums over the group,
+    # Σ_t dv[t] x[t - (WIDTH-1) + j] and Σ_t dv[t], go to row (batch row, group) of float32 (rows, dim, WIDTH) and
+    # (rows, dim) buffers, which the launcher sums in a fixed order (no atomics: the same gradients every run).
+    pid = tl.program_id(0)
+    pid_b = tl.cast(pid // (n_dblocks * n_groups), tl.int64)
+    rest = pid % (n_dblocks * n_groups)
+    group = rest % n_groups
+    d = (rest // n_groups) * BLOCK_D + tl.arange(0, BLOCK_D)
+    k = tl.arange(0, BLOCK_W)
+    mask_d = d < dim
+    x_base = pid_b * s_xb
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(tl.float32)[:, None]
+    grad_w = tl.full((BLOCK_D, BLOCK_W), 0.0, tl.float32)
+    grad_b = tl.full((BLOCK_D,), 0.0, tl.float32)
+    for i in range(tiles_per_group):
+        t = (group * tiles_per_group + i) * BLOCK_L + tl.arange(0, BLOCK_L)
+        grad_x = tl.full((BLOCK_D, BLOCK_L), 0.0, tl.float32)
+        for s in tl.static_range(WIDTH):  # dv at t + s, which tap WIDTH-1-s carries back to t
+            ts = t + s
+            dv = tl.load(gy_ptr + pid_b * s_gb + d[:, None] * s_gd + ts[None, :] * s_gl,
+                         mask=mask_d[:, None] & (ts < length)[None, :], other=0.0).to(tl.float32)
+            if SILU:
+                v = _conv_taps(x_ptr, w_ptr, x_base, d, t, s_xd, s_xl, s_wd, s_wk, mask_d, length, s, WIDTH, BLOCK_D,
+                               BLOCK_L)
+                if HAS_BIAS:
+                    v += bias
+                gate = 1.0 / (1.0 + tl.exp(-v))
+                dv = dv * gate * (1.0 + v * (1.0 - gate))
+            w = tl.load(w_ptr + d * s_wd + (WIDTH - 1 - s) * s_wk, mask=mask_d, other=0.0).to(tl.float32)
+            grad_x += w[:, None] * dv
+            if s == 0:  # the tile's own dv: its terms of the weight's and the bias's sums
+                for j in tl.static_range(WIDTH):
+                    src = t - (WIDTH - 1) + j
+                    x = tl.load(x_ptr + x_base + d[:, None] * s_xd + src[None, :] * s_xl,
+                                mask=mask_d[:, None] & ((src >= 0) & (src < length))[None, :], other=0.0)
+                    grad_w += tl.where((k == j)[None, :], _sum(dv * x.to(tl.float32), axis=1)[:, None], 0.0)
+                grad_b += _sum(dv, axis=1)
+        tl.store(gx_ptr + pid_b * s_gxb + d[:, None] * s_gxd + t[None, :] * s_gxl,
+                 grad_x.to(gx_ptr.dtype.element_ty), mask=mask_d[:, None] & (t < length)[None, :])
+    row = (pid_b * n_groups + group) * dim + d
+    tl.store(gw_ptr + row[:, None] * WIDTH + k[None, :], grad_w, mask=mask_d[:, None] & (k < WIDTH)[None, :])
+    if HAS_BIAS:
+        tl.store(gb_ptr + row, grad_b, mask=mask_d)

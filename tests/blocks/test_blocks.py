@@ -316,10 +316,13 @@ def test_mamba_channels_first_projection_backward_writes_no_activation_sized_ten
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["triton", "auto"])
 @pytest.mark.parametrize("position", ["ssp_output", "in_proj"])
-def test_mamba_block_on_cuda_equals_the_cpu_block(backend, position):
+def test_mamba_block_on_cuda_equals_the_cpu_block(backend, position, monkeypatch):
     """The CUDA layout ((d_inner, B L) memory from in_proj to out_proj, the conv and scan kernels reading and
     writing it) gives the CPU block's outputs and every gradient; "auto" takes mamba_ssm's and causal_conv1d's
-    kernels where they are installed."""
+    kernels where they are installed, "triton" the Triton scan and conv (SEQSSM_BACKEND, which CPU tensors
+    ignore without the interpreter)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("SEQSSM_BACKEND", backend)
     torch.manual_seed(0)
     config = MambaBlockConfig(SSPConfig("s6", 16, layer_kwargs={"backend": backend}), dropout=0.2,
                               dropout_position=position, proj_bias=True)

@@ -92,7 +92,7 @@ def test_mamba_ssm_missing_is_named():
 def test_every_op_lists_its_backends():
     assert backends("selective_scan") == ("auto", "reference", "mamba_ssm", "triton", "torch")
     assert backends("linear_scan") == ("auto", "reference", "triton", "torch")
-    assert backends("causal_conv1d") == ("auto", "reference", "causal_conv1d", "torch")
+    assert backends("causal_conv1d") == ("auto", "reference", "causal_conv1d", "triton", "torch")
     with pytest.raises(ValueError, match="already registered"):
         register(Backend("linear_scan", "torch", linear_scan_torch))
 

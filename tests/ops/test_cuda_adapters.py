@@ -11,7 +11,7 @@ import torch
 
 import seqssm.ops.selective as selective_module
 from seqssm.ops import selective_scan
-from seqssm.ops.backend import Call, choose, optional_function
+from seqssm.ops.backend import Call, choose, has_triton, optional_function
 from seqssm.ops.conv1d import _causal_conv1d_package, _causal_conv1d_torch, causal_conv1d_reference
 from seqssm.ops.selective import _selective_scan_mamba, _SelectiveDetail, selective_scan_reference
 
@@ -213,12 +213,20 @@ def _conv_call(x, weight):
     return Call(CUDA, (x.dtype, weight.dtype), detail=(x, weight))
 
 
+def _after_the_package():
+    """auto's next choice on CUDA for a call the package refuses: the Triton kernels where triton is installed."""
+    if not has_triton():
+        return _causal_conv1d_torch
+    from seqssm.ops.triton_conv import causal_conv1d_triton
+    return causal_conv1d_triton
+
+
 def test_causal_conv1d_gets_only_the_widths_and_layouts_its_kernel_takes(packages):
     packages({"causal_conv1d/__init__.py": "def causal_conv1d_fn(x, weight, bias=None):\n    raise AssertionError\n"})
     x = torch.zeros(2, 16, 10)
     assert choose("causal_conv1d", "auto", _conv_call(x, torch.zeros(16, 4))) is _causal_conv1d_package
     for weight in (torch.zeros(16, 5), torch.zeros(16, 1)):
-        assert choose("causal_conv1d", "auto", _conv_call(x, weight)) is _causal_conv1d_torch
+        assert choose("causal_conv1d", "auto", _conv_call(x, weight)) is _after_the_package()
     with pytest.raises(RuntimeError, match="it takes kernel widths 2 to 4, not 5"):
         choose("causal_conv1d", "causal_conv1d", _conv_call(x, torch.zeros(16, 5)))
     channels_last = torch.zeros(2, 10, 16).transpose(1, 2)
@@ -227,14 +235,14 @@ def test_causal_conv1d_gets_only_the_widths_and_layouts_its_kernel_takes(package
     with pytest.raises(RuntimeError, match="channels and strides in multiples of 8, got 12 channels"):
         choose("causal_conv1d", "causal_conv1d", _conv_call(misaligned, torch.zeros(12, 4)))
     strided = torch.zeros(2, 16, 20)[:, :, ::2]
-    assert choose("causal_conv1d", "auto", _conv_call(strided, torch.zeros(16, 4))) is _causal_conv1d_torch
+    assert choose("causal_conv1d", "auto", _conv_call(strided, torch.zeros(16, 4))) is _after_the_package()
 
 
 def test_broken_causal_conv1d_falls_back(packages, caplog):
     packages({"causal_conv1d/__init__.py": "import causal_conv1d_cuda\n"})
     with caplog.at_level(logging.WARNING, logger="seqssm.ops"):
         assert choose("causal_conv1d", "auto", _conv_call(torch.zeros(2, 16, 10), torch.zeros(16, 4))) \
-            is _causal_conv1d_torch
+            is _after_the_package()
     assert any("causal_conv1d.causal_conv1d_fn does not load (ModuleNotFoundError" in r.getMessage()
                for r in caplog.records)
 

@@ -23,7 +23,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
     kernels = {(r.launch.kernel_name, r.arch) for r in results}
     assert kernels == {(k, arch) for k in ("selective_scan_fwd", "selective_scan_bwd", "linear_scan_fwd",
                                             "linear_scan_bwd", "ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h",
-                                            "selective_step_fwd", "conv1d_step_fwd")
+                                            "selective_step_fwd", "conv1d_step_fwd", "conv1d_fwd", "conv1d_bwd")
                        for arch in (80, 90)}
     from seqssm.ops.triton_scan import selective_configs
 
@@ -42,6 +42,10 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
             for r in results if r.launch.case.op == "step" for c in r.launch.cases()}
     assert step == {(k, d, b, arch) for k in ("selective_step_fwd", "conv1d_step_fwd")
                     for d in (torch.bfloat16, torch.float32) for b in (1, 16) for arch in (80, 90)}
+    # The Mamba block's causal conv, forward and backward, bf16 and float32, in the block's layout.
+    conv = {(r.launch.kernel_name, r.launch.case.dtype, r.arch) for r in results if r.launch.case.op == "conv"}
+    assert conv == {(k, d, arch) for k in ("conv1d_fwd", "conv1d_bwd") for d in (torch.bfloat16, torch.float32)
+                    for arch in (80, 90)}
 
 
 def test_the_stress_shapes_pass_64_bit_strides_and_compile(quick):
