@@ -396,11 +396,23 @@ def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dic
     return rows
 
 
-def profile_train(args, size: dict, folder: Path, device: torch.device, out: Path) -> str:
-    """The CUDA kernels of one seqssm training step (Triton scans), as torch.profiler counts them: a table sorted
-    by total device time, written to out/profile.txt."""
+def kernel_table(step, rows: int = 40) -> str:
+    """The CUDA kernels of one step() after two warm-ups, as torch.profiler counts them: a table sorted by total
+    device time."""
     from torch.profiler import ProfilerActivity, profile
 
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
+
+
+def profile_train(args, size: dict, folder: Path, device: torch.device, out: Path) -> str:
+    """The CUDA kernels of one seqssm training step (Triton scans), of one step of each S4D stack (part 2), and of
+    one decoding step, written to out/profile.txt."""
     needs_cuda(device, "--profile")
     model = lm_models(folder, device, torch.float32)[SEQSSM]
     gen = torch.Generator(device).manual_seed(1)
@@ -409,18 +421,19 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     step = train_step(model, model, optimizer, inputs, targets, device, autocast=True)
     with seqssm_backend("triton"):
-        for _ in range(2):
-            step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            step()
-            torch.cuda.synchronize()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40, max_name_column_width=90)
+        parts = [f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast, Triton scans\n"
+                 f"{kernel_table(step)}"]
     decode = decode_launches(model.eval(), inputs[:1, :8])
+    del model, optimizer, step
+    free_memory()
+    s4d, shape = s4d_steps(args, size, device)[0], (size["s4d"]["batch"], size["s4d"]["length"])
+    for name, s4d_step in s4d.items():
+        table = s4d_step if isinstance(s4d_step, str) else kernel_table(s4d_step, rows=25)
+        parts.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, float32\n{table}")
+    text = "\n\n".join([*parts, decode])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profile.txt").write_text(f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast, "
-                                     f"Triton scans\n{table}\n\n{decode}\n")
-    return f"{table}\n\n{decode}"
+    (out / "profile.txt").write_text(text + "\n")
+    return text
 
 
 def decode_launches(model, prompt: torch.Tensor) -> str:
@@ -497,8 +510,9 @@ def peer_s4d_model(path: Path, s: dict) -> nn.Module:
     return model
 
 
-def part_s4d(args, size: dict, device: torch.device) -> list[dict]:
-    """Training steps of seqssm's simple-s4d beside the S4 authors' S4D stack (module docstring, part 2)."""
+def s4d_steps(args, size: dict, device: torch.device) -> tuple[dict, dict]:
+    """The training steps of part 2's contenders (name -> step, or the error text of a contender that cannot run) and
+    what each keeps between steps (name -> (model, optimizer))."""
     from seqssm.models import SequenceModel, model_config
 
     s = size["s4d"]
@@ -520,6 +534,13 @@ def part_s4d(args, size: dict, device: torch.device) -> list[dict]:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=device.type == "cuda")
         entries[name] = train_step(model.train(), model, optimizer, x, labels, device, autocast=False)
         resident[name] = (model, optimizer)
+    return entries, resident
+
+
+def part_s4d(args, size: dict, device: torch.device) -> list[dict]:
+    """Training steps of seqssm's simple-s4d beside the S4 authors' S4D stack (module docstring, part 2)."""
+    s = size["s4d"]
+    entries, resident = s4d_steps(args, size, device)
     log(f"s4d: batch {s['batch']} x length {s['length']}, d_model {s['d_model']}, {s['n_layers']} layers, "
         f"N {s['d_state']}")
     results = compete(entries, device, args.warmup, args.rounds, args.iters)

@@ -23,8 +23,8 @@
 # 5. The GPU tests, except the stress shapes (slow): pytest -m "gpu and not slow", Triton autotuning off
 #    (each config of each small variant would be a compile).
 # 6. bench_models.py --device cuda: whole models beside the peers -> OUT/bench_models/
-# 7. One profiled training step of the mamba-130m-sized model: its top CUDA kernels; and the kernels of one
-#    decoding step -> OUT/profile/
+# 7. One profiled training step of the mamba-130m-sized model and of each S4D stack: their top CUDA kernels; and
+#    the kernels of one decoding step -> OUT/profile/
 # 8. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
 # 9. bench_ssd.py --device cuda: Mamba-2's SSD scan, triton and chunked beside mamba_ssm -> OUT/bench_ssd.*
 set -uo pipefail
