@@ -24,8 +24,10 @@ TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=5e-3,
 
 def _x(device, batch, dim, length, layout="contiguous", dtype=torch.float32, seed=0):
     """x (batch, dim, L) in `layout`: "contiguous"; "block", a view of (dim, batch, L) memory (the Mamba block's
-    on CUDA); "channels_last", a transposed (batch, L, dim) tensor."""
+    on CUDA); "channels_last", a transposed (batch, L, dim) tensor; "strided", every other step of a longer one."""
     g = torch.Generator().manual_seed(seed)
+    if layout == "strided":
+        return torch.randn(batch, dim, 2 * length, generator=g).to(device, dtype)[..., ::2]
     order = {"contiguous": (0, 1, 2), "block": (1, 0, 2), "channels_last": (0, 2, 1)}[layout]
     shape = (batch, dim, length)
     memory = torch.randn(*(shape[i] for i in order), generator=g).to(device, dtype)
@@ -41,11 +43,13 @@ def _sizes(device):
 
 def _check(x, weight, bias, silu, tol):
     """Values and the gradients of x, weight and bias equal the torch path's in float64 (the reference's, tested
-    against it, takes L steps); y is laid out as x, in its dtype."""
+    against it, takes L steps); y and x's gradient are laid out as torch.empty_like(x) (as x where x is dense), in
+    x's dtype."""
     leaves = [t.detach().requires_grad_() for t in (x, weight, bias) if t is not None]
     x_, w_, b_ = leaves if bias is not None else (*leaves, None)
     y = causal_conv1d(x_, w_, b_, silu=silu, backend="triton")
-    assert y.dtype == x.dtype and y.stride() == x.stride()
+    like = torch.empty_like(x)
+    assert y.dtype == x.dtype and y.stride() == like.stride()
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     xr, wr, br = ref_leaves if bias is not None else (*ref_leaves, None)
     y_ref = _causal_conv1d_torch(xr, wr, br, silu=silu)
@@ -56,13 +60,13 @@ def _check(x, weight, bias, silu, tol):
     for name, g, g_ref in zip("xwb", grads, grads_ref):
         assert g.dtype == dict(x=x, w=weight, b=bias)[name].dtype
         torch.testing.assert_close(g.double(), g_ref, **tol, msg=lambda m: f"d{name}: {m}")
-    assert grads[0].stride() == x.stride()
+    assert grads[0].stride() == like.stride()
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "block", "channels_last"])
 @pytest.mark.parametrize("width, with_bias, silu", [(4, True, True), (4, False, False), (3, True, False),
                                                     (1, False, True), (5, True, True)])
-def test_conv_matches_the_reference_in_float64(device, layout, width, with_bias, silu):
+def test_conv_matches_the_torch_path_in_float64(device, layout, width, with_bias, silu):
     """Widths 1 to 5 (the block's 4 among them), with and without bias and SiLU, in each layout, over tiles that do
     not divide dim or L."""
     batch, dim, length = _sizes(device)
@@ -82,6 +86,13 @@ def test_conv_takes_16_bit_inputs(device, dtype):
     x = _x(device, batch, dim, length, "block", dtype)
     _check(x, weight, bias, True, TOL[dtype])
     _check(x, weight.to(dtype), bias.to(dtype), True, TOL[dtype])
+
+
+def test_conv_reads_a_strided_x(device):
+    """x with no dense layout (every other step): y and x's gradient come contiguous."""
+    batch, dim, length = _sizes(device)
+    weight, bias = torch.randn(dim, 4, device=device), torch.randn(dim, device=device)
+    _check(_x(device, batch, dim, length, "strided"), weight, bias, True, TOL[torch.float32])
 
 
 def test_conv_takes_an_expanded_gradient_and_gives_the_final_state(device):
