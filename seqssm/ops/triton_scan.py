@@ -444,7 +444,8 @@ def kernel_layout(u, delta, z, B, C):
     axis) in the compute dtype, as mamba_ssm's kernel does; channels-last tiles would need a layout change in
     registers."""
     u, delta, z = (x.contiguous() if x is not None and x.stride(-1) != 1 else x for x in (u, delta, z))
-    B, C = (M.to(_compute(u)).contiguous() if M.ndim > 2 else M for M in (B, C))
+    # one copy, not a cast that keeps B's strides and then a second copy to make it contiguous
+    B, C = (M.to(_compute(u), memory_format=torch.contiguous_format) if M.ndim > 2 else M for M in (B, C))
     return u, delta, z, B, C
 
 
