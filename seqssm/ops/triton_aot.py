@@ -384,6 +384,8 @@ class Result:
             return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}"
         if "BLOCK_Q" in k:
             return f"BLOCK_Q={k['BLOCK_Q']} BLOCK_P={k['BLOCK_P']} warps={k['num_warps']}"
+        if "BLOCK_L" in k:
+            return f"BLOCK_D={k['BLOCK_D']} BLOCK_L={k['BLOCK_L']} warps={k['num_warps']}"
         if "BLOCK_N" in k or "BLOCK_K" in k:
             inner = "BLOCK_N" if "BLOCK_N" in k else "BLOCK_K"
             return f"BLOCK_D={k['BLOCK_D']} {inner}={k[inner]} warps={k['num_warps']}"
