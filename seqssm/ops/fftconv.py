@@ -42,9 +42,11 @@ def fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None = None) ->
 def _fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
     """`fft_conv` on checked inputs of one dtype."""
     L, n = u.shape[1], u.shape[1] + k.shape[-1]
-    u_f = torch.fft.rfft(u, n=n, dim=1)
-    k_f = torch.fft.rfft(k, n=n, dim=-1).transpose(0, 1)  # (F, H)
-    y = torch.fft.irfft(u_f * k_f, n=n, dim=1)[:, :L]
+    # Along the last axis of (B, H, L): the zero-padding writes u time-contiguous, so each transform is a batch of
+    # contiguous rows. Along dim 1 of (B, L, H), cuFFT's batch (B, H) has no single stride, so torch copies the
+    # padded signal once more first, and the CPU's transforms of strided rows were slower too.
+    u_f = torch.fft.rfft(u.transpose(1, 2), n=n)
+    y = torch.fft.irfft(u_f * torch.fft.rfft(k, n=n), n=n)[..., :L].transpose(1, 2)
     return y if D is None else y + u * D
 
 
