@@ -47,7 +47,10 @@ def _fft_conv(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None) -> torch
     # padded signal once more first, and the CPU's transforms of strided rows were slower too.
     u_f = torch.fft.rfft(u.transpose(1, 2), n=n)
     y = torch.fft.irfft(u_f * torch.fft.rfft(k, n=n), n=n)[..., :L].transpose(1, 2)
-    return y if D is None else y + u * D
+    # y is back in (B, L, H) memory, as u is: the layers after the conv (activation, output linear, norm) and
+    # their backward passes then read one layout; with y's (B, H, L) memory their elementwise ops read one operand
+    # with a stride of L (GELU's backward took 20x its forward's time on the CPU).
+    return y.contiguous() if D is None else u * D + y
 
 
 def _causal_in_non_finite(u: torch.Tensor, k: torch.Tensor, D: torch.Tensor | None) -> torch.Tensor:
