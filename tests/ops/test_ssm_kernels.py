@@ -210,3 +210,14 @@ def test_fft_conv_dtypes():
     assert fft_conv(u.double(), k).dtype == torch.float64
     with pytest.raises(ValueError, match="exceeds"):
         fft_conv(u[:, :4], k)
+
+
+def test_fft_conv_returns_the_layers_layout():
+    """y in (B, L, H) memory, as the layers' activations are, with and without D, on the finite and the non-finite
+    path: the inverse transform's (B, H, L) memory made every elementwise op after the conv read with a stride of L."""
+    u, k, D = torch.randn(2, 8, 3), torch.randn(3, 8), torch.randn(3)
+    bad = u.clone()
+    bad[0, 3, 1] = float("inf")
+    for x in (u, bad):
+        for d in (D, None):
+            assert fft_conv(x, k, d).is_contiguous()
