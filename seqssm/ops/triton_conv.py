@@ -25,7 +25,7 @@ _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.o
 _WARPS = 4
 # (BLOCK_D, BLOCK_L) tiles of 2048 elements, 16 per thread over 4 warps, longest along x's contiguous axis so that
 # loads coalesce: time for the Mamba block's layout on CUDA, channels for a channels-last x. The interpreter's tiles
-# are small, giving the tests several tiles each way.
+# are small, giving the tests several tiles each way. Keyed by (interpreted, x channels-last).
 _TILES = {(False, False): (16, 128), (False, True): (128, 16), (True, False): (4, 8), (True, True): (8, 4)}
 # The backward holds several tiles at once (dv, the recomputed pre-activation, x's gradient): 8 elements per thread
 # (4 channels-last) keep it near 100 registers (128) without spills, the compile check's rule.
