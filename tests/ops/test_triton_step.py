@@ -109,19 +109,6 @@ def test_step_refuses_wrong_shapes():
         selective_step(**{**inp, "h": inp["h"][:1]})
 
 
-def test_auto_takes_the_kernel_on_cuda_and_torch_elsewhere(monkeypatch):
-    """Decoding (S6.step_projected) calls selective_step on "auto": CUDA gets the fused kernel, CPU and float64 the
-    torch path."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.delenv("SEQSSM_BACKEND", raising=False)
-    half = (torch.float32, torch.bfloat16)
-    assert choose("selective_step", "auto", Call(torch.device("cuda"), half)) is selective_step_triton
-    assert choose("selective_step", "auto", Call(torch.device("cuda"), (torch.float64,))) is _selective_step_torch
-    assert choose("selective_step", "auto", Call(torch.device("cpu"), half)) is _selective_step_torch
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        selective_step(**_inputs("cpu", 1, 3, 2), backend="triton")
-
-
 def test_step_op_passes_opcheck(device):
     """The schema, fake implementation, autograd registration and AOT dispatch of the op."""
     inp = {k: v.requires_grad_() if v is not None else None
@@ -219,15 +206,24 @@ def test_conv_step_refuses_wrong_shapes():
         causal_conv1d_step(**{**inp, "bias": inp["bias"][:5]})
 
 
-def test_conv_step_auto_takes_the_kernel_on_cuda_and_torch_elsewhere(monkeypatch):
+@pytest.mark.parametrize("op", ["selective_step", "causal_conv1d_step"])
+def test_auto_takes_the_kernel_on_cuda_and_torch_elsewhere(monkeypatch, op):
+    """Decoding (S6.step_projected, the Mamba blocks' conv step) calls both steps on "auto": CUDA gets the fused
+    kernel, CPU and float64 the torch path; the Triton backend refuses CPU tensors outside the interpreter."""
+    kernel, torch_path, step, inputs = {
+        "selective_step": (selective_step_triton, _selective_step_torch, selective_step,
+                           lambda: _inputs("cpu", 1, 3, 2)),
+        "causal_conv1d_step": (causal_conv1d_step_triton, _causal_conv1d_step_torch, causal_conv1d_step,
+                               lambda: _conv_inputs("cpu", 1, 3, 4)),
+    }[op]
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.delenv("SEQSSM_BACKEND", raising=False)
     half = (torch.bfloat16, torch.float32)
-    assert choose("causal_conv1d_step", "auto", Call(torch.device("cuda"), half)) is causal_conv1d_step_triton
-    assert choose("causal_conv1d_step", "auto", Call(torch.device("cuda"), (torch.float64,))) is _causal_conv1d_step_torch
-    assert choose("causal_conv1d_step", "auto", Call(torch.device("cpu"), half)) is _causal_conv1d_step_torch
+    assert choose(op, "auto", Call(torch.device("cuda"), half)) is kernel
+    assert choose(op, "auto", Call(torch.device("cuda"), (torch.float64,))) is torch_path
+    assert choose(op, "auto", Call(torch.device("cpu"), half)) is torch_path
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        causal_conv1d_step(**_conv_inputs("cpu", 1, 3, 4), backend="triton")
+        step(**inputs(), backend="triton")
 
 
 def test_conv_step_op_passes_opcheck(device):
