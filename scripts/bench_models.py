@@ -396,17 +396,26 @@ def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dic
     return rows
 
 
+def profiled(fn, warmups: int, activities: list):
+    """torch.profiler's record of one fn() over `activities`, after `warmups` untimed calls (caches, Triton
+    compiles), the device synchronised before and after it."""
+    from torch.profiler import profile
+
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return prof
+
+
 def kernel_table(step, rows: int = 40) -> str:
     """The CUDA kernels of one step() after two warm-ups, as torch.profiler counts them: a table sorted by total
     device time."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
+    prof = profiled(step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
 
 
@@ -440,16 +449,12 @@ def decode_launches(model, prompt: torch.Tensor) -> str:
     """How many CUDA kernels one eager decoding step of `model` launches (batch 1, the layers' "auto" backends), the
     whole step and one block's: what a CUDA graph replays per token, where each launch costs a few microseconds."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     from seqssm.layers import frozen_weights
 
     def kernels(fn) -> list[str]:
-        fn()  # warm: caches, Triton compiles
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
+        prof = profiled(fn, 1, [ProfilerActivity.CUDA])
         return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
 
     with torch.no_grad(), frozen_weights():
