@@ -22,6 +22,11 @@ from seqssm.ops.conv1d import causal_conv1d, causal_conv1d_step
 from seqssm.ops.masked import masked_causal_conv1d
 
 
+def _in_product(weight: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """weight (m, k), x (n, k), bias (m) or None -> weight x^T + bias (m, n), the bias as the product's addend."""
+    return torch.mm(weight, x.t()) if bias is None else torch.addmm(bias.unsqueeze(-1), weight, x.t())
+
+
 class _ProductHalves(torch.autograd.Function):
     """weight (2 d, k), x (n, k), bias (2 d) or None -> the two halves (d, n) of weight x^T + bias, views of one
     product. Autograd's backward of `chunk` concatenates the halves' gradients into a new (2 d, n) tensor, one pass
@@ -31,8 +36,7 @@ class _ProductHalves(torch.autograd.Function):
     def forward(ctx, weight, x, bias):
         ctx.save_for_backward(weight, x)
         ctx.has_bias = bias is not None
-        product = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias.unsqueeze(-1), weight, x.t())
-        return product.chunk(2, dim=0)
+        return _in_product(weight, x, bias).chunk(2, dim=0)
 
     @staticmethod
     def backward(ctx, grad_first, grad_second):
@@ -174,9 +178,8 @@ class MambaBlock(SequenceLayer):
         b, length, _ = h.shape
         weight, bias, h = self.in_proj.weight, self.in_proj.bias, h.reshape(b * length, -1)
         if self.dropout_position == "in_proj" and self.dropout.training and self.dropout.p > 0:
-            xz = torch.mm(weight, h.t()) if bias is None else torch.addmm(bias.unsqueeze(-1), weight, h.t())
-            xz = self.dropout(xz.view(-1, b, length).permute(1, 2, 0)).permute(2, 0, 1).reshape(-1, b * length)
-            halves = xz.chunk(2, dim=0)
+            xz = self.dropout(_in_product(weight, h, bias).view(-1, b, length).permute(1, 2, 0))
+            halves = xz.permute(2, 0, 1).reshape(-1, b * length).chunk(2, dim=0)
         else:
             # The product's dtype under autocast, cast once here: the halves' function computes in its inputs' dtype.
             device = h.device.type
