@@ -200,8 +200,6 @@ def mamba_ssm_model(folder: Path, device: torch.device, dtype: torch.dtype) -> n
     from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
 
     from seqssm.models import SequenceModel
-    from seqssm.models.formats import mamba_ssm as layout
-    from seqssm.models.formats.mamba_lm import external_keys
 
     ours = SequenceModel.from_pretrained(folder)
     c, block = ours.config, ours.config.block
@@ -211,10 +209,18 @@ def mamba_ssm_model(folder: Path, device: torch.device, dtype: torch.dtype) -> n
                          rms_norm=block.rms_norm, residual_in_fp32=block.residual_in_fp32, fused_add_norm=True,
                          pad_vocab_size_multiple=c.pad_vocab_size_multiple, tie_embeddings=c.tie_embeddings)
     model = MambaLMHeadModel(config, device=device, dtype=torch.float32)
-    own = ours.state_dict()
-    names = external_keys(own, layout.TOP_KEYS)
-    model.load_state_dict({names[k]: v for k, v in own.items()})
+    model.load_state_dict(mamba_ssm_weights(ours))
     return model.to(dtype)
+
+
+def mamba_ssm_weights(ours: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict of seqssm's LM `ours` under mamba_ssm's MambaLMHeadModel keys (seqssm's own loading tables)."""
+    from seqssm.models.formats import mamba_ssm as layout
+    from seqssm.models.formats.mamba_lm import external_keys
+
+    own = ours.state_dict()
+    names = external_keys(own, layout.TOP_KEYS, ours.config)
+    return {names[k]: v for k, v in own.items()}
 
 
 def hf_kernel_binding() -> dict[str, str]:

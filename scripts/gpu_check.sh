@@ -10,12 +10,14 @@
 #   PYTHON                python with torch (default python3)
 #   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
 #                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
+#   STEPS                 the steps to run (default all) among compile-check, bench-scan, gpu-tests, bench-models,
+#                         profile, bench-compile, bench-ssd: STEPS="gpu-tests bench-models" reruns those two
 #   TRITON_CACHE_ARCHIVE  a .tar.xz of a Triton cache to start from (default .gpu/triton-cache.tar.xz when it
 #                         exists), made under the GPU machine's triton release: python -m seqssm.ops.triton_aot
 #                         --tier bench --arch 90 --cache .gpu/triton-cache && tar -C .gpu -cJf
 #                         .gpu/triton-cache.tar.xz triton-cache
 #
-# Steps; every step runs, and the exit status is 1 if one failed or timed out, or a benchmark missed a target:
+# Steps; every step (of STEPS) runs, and the exit status is 1 if one failed or timed out, or a benchmark missed a target:
 # 1. torch sees a GPU (without an NVIDIA driver: exit 2, nothing done); versions printed.
 # 2. The wheels installed; seqssm runs from the source tree (PYTHONPATH).
 # 3. In the background, the compile check with this machine's triton (CPU only).
@@ -69,9 +71,12 @@ if [ -f "$ARCHIVE" ]; then
     say "Triton cache from $ARCHIVE: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels"
 fi
 
+wanted() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
+
 run() {  # name seconds command...: run with a time limit (capped by what is left of the budget), log to OUT
     local name=$1 limit=$2
     shift 2
+    if ! wanted "$name"; then say "$name: not in STEPS"; return; fi
     local budget
     budget=$(left)
     [ "$limit" -gt "$budget" ] && limit=$budget
@@ -90,22 +95,28 @@ run() {  # name seconds command...: run with a time limit (capped by what is lef
 }
 
 # The compile check runs on the CPU beside the GPU steps; its threads are the few left to it.
-(timeout 300 "$PYTHON" -m seqssm.ops.triton_aot --tier quick >"$OUT/compile-check.log" 2>&1; echo $? >"$OUT/compile-check.rc") &
-check_pid=$!
+check_pid=
+if wanted compile-check; then
+    (timeout 300 "$PYTHON" -m seqssm.ops.triton_aot --tier quick >"$OUT/compile-check.log" 2>&1
+     echo $? >"$OUT/compile-check.rc") &
+    check_pid=$!
+fi
 
 xdist=()
 "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
 run bench-scan 130 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --chunks --out "$OUT/bench_scan.json"
 run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     -m "gpu and not slow" tests
-run bench-models 120 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
+run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
 run profile 40 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
 run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
-run bench-ssd 40 "$PYTHON" scripts/bench_ssd.py --device cuda --repeats 5 --warmup-max 6 --out "$OUT/bench_ssd.json"
+run bench-ssd 90 "$PYTHON" scripts/bench_ssd.py --device cuda --repeats 5 --warmup-max 6 --out "$OUT/bench_ssd.json"
 [ -n "${TRITON_CACHE_DIR:-}" ] && say "Triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) kernels after the run"
 
-if wait "$check_pid" && [ "$(cat "$OUT/compile-check.rc")" = 0 ]; then
+if [ -z "$check_pid" ]; then
+    say "compile-check: not in STEPS"
+elif wait "$check_pid" && [ "$(cat "$OUT/compile-check.rc")" = 0 ]; then
     say "compile-check passed: $(tail -n 1 "$OUT/compile-check.log")"
 else
     say "compile-check FAILED: $(tail -n 3 "$OUT/compile-check.log")"

@@ -118,10 +118,11 @@ def test_a_mamba_step_on_the_triton_backends_is_two_kernels_a_layer_and_the_torc
 
 @pytest.mark.gpu
 @torch.no_grad()
-def test_a_mamba_s6_block_step_launches_six_kernels_beside_its_norm_on_cuda():
-    """What a CUDA graph replays per layer and token: in_proj, the conv step, x_proj, dt_proj, the S6 step with its
-    gate, and out_proj with the residual as its addend, beside the RMSNorm's own kernels (one where torch fuses
-    it)."""
+def test_a_mamba_s6_block_step_launches_at_most_eight_kernels_beside_its_norm_on_cuda():
+    """What a CUDA graph replays per layer and token, beside the RMSNorm's own kernels (one where torch fuses it):
+    in_proj, the conv step, x_proj (cuBLAS may split its narrow product into a dot and a reduce), dt_proj, the S6
+    step with its gate, and out_proj with the residual as its addend (addmm copies the addend into its output
+    first). On an H100 in float32 that is all eight."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -139,7 +140,7 @@ def test_a_mamba_s6_block_step_launches_six_kernels_beside_its_norm_on_cuda():
 
     with frozen_weights():
         state = block.initial_state(2, device="cuda")
-        assert kernels(lambda: block._step(x_t, state)) <= 6 + kernels(lambda: block.norm(x_t))
+        assert kernels(lambda: block._step(x_t, state)) <= 8 + kernels(lambda: block.norm(x_t))
 
 
 @pytest.mark.gpu

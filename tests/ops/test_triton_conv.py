@@ -54,12 +54,16 @@ def _check(x, weight, bias, silu, tol):
     xr, wr, br = ref_leaves if bias is not None else (*ref_leaves, None)
     y_ref = _causal_conv1d_torch(xr, wr, br, silu=silu)
     torch.testing.assert_close(y.double(), y_ref, **tol)
-    cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(x.device)
-    grads = torch.autograd.grad(y, leaves, cot.to(y.dtype))
+    cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(x.device, y.dtype)
+    grads = torch.autograd.grad(y, leaves, cot)
     grads_ref = torch.autograd.grad(y_ref, ref_leaves, cot.double())
+    # The weight's and the bias's gradients are float32 sums over batch x L terms: their rounding grows with the
+    # square root of that count (3 x 9000 terms in the gpu variants), x's gradient sums WIDTH terms.
+    terms = (x.shape[0] * x.shape[2]) ** 0.5
     for name, g, g_ref in zip("xwb", grads, grads_ref):
         assert g.dtype == dict(x=x, w=weight, b=bias)[name].dtype
-        torch.testing.assert_close(g.double(), g_ref, **tol, msg=lambda m: f"d{name}: {m}")
+        tol_ = tol if name == "x" else dict(atol=tol["atol"] * terms, rtol=tol["rtol"])
+        torch.testing.assert_close(g.double(), g_ref, **tol_, msg=lambda m: f"d{name}: {m}")
     assert grads[0].stride() == like.stride()
 
 

@@ -13,9 +13,15 @@ from seqssm.ops.triton_ssd import SSD_MAX_TILE, ssd_segment, ssd_tile  # noqa: E
 from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 NAMES = ("x", "dt", "A", "B", "C", "D", "initial_state")
-# float32 kernels against float64: sums of a few dozen terms (the GPU's dots are 3xTF32)
+# float32 kernels against float64: sums of a few dozen terms, whose products are float32 in the interpreter and take
+# tf32 operands compiled (10-bit mantissas, as mamba_ssm's SSD kernels' float32 dots), rounding the inputs as well
 TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float16: dict(atol=2e-2, rtol=2e-2),
        torch.bfloat16: dict(atol=8e-2, rtol=8e-2)}
+TF32 = dict(atol=5e-2, rtol=5e-2)
+
+
+def _f32(device):
+    return TOL[torch.float32] if device.type == "cpu" else TF32
 
 
 def _inputs(device, length, heads=4, p=3, groups=2, n=5, dtype=torch.float32, with_d=True, with_state=True,
@@ -80,7 +86,7 @@ CASES = [
 def test_ssd_triton_matches_the_recurrence(device, length, chunk, groups, p, n, with_d, with_state, with_resets):
     inp = _inputs(device, length, p=p, groups=groups, n=n, with_d=with_d, with_state=with_state)
     resets = _resets(length, chunk, device) if with_resets else None
-    _check(inp, resets, chunk, TOL[torch.float32])
+    _check(inp, resets, chunk, _f32(device))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -98,7 +104,7 @@ def test_ssd_triton_gradient_through_the_last_state_alone(device):
              for fn in (lambda **kw: ssd_scan(**kw, chunk_size=8, backend="triton"), ssd_reference)]
     for name, g, g_ref in zip(NAMES, *grads):
         zero = torch.zeros_like(inp[name])
-        torch.testing.assert_close(zero if g is None else g, zero if g_ref is None else g_ref, **TOL[torch.float32],
+        torch.testing.assert_close(zero if g is None else g, zero if g_ref is None else g_ref, **_f32(device),
                                    msg=lambda m: f"gradient of {name}: {m}")
 
 

@@ -98,3 +98,17 @@ def test_first_divergence(bench):
     assert bench.first_divergence(ref.clone(), ref) is None
     assert bench.first_divergence(torch.tensor([[1, 2, 3, 4], [5, 6, 0, 8]]), ref) == 2
     assert bench.first_divergence(ref[:, :3], ref) == 3  # stopped early
+
+
+def test_mamba_ssm_weights_take_its_lm_keys(bench):
+    """mamba_ssm's contender loads seqssm's weights under MambaLMHeadModel's keys (checked here, since the model
+    itself needs CUDA): one key per tensor, the same tensors."""
+    from seqssm.models import SequenceModel
+
+    ours = SequenceModel(bench.seqssm_lm_config(bench.SIZES["tiny"]))
+    weights = bench.mamba_ssm_weights(ours)
+    own = ours.state_dict()
+    assert len(weights) == len(own)
+    assert {"backbone.embedding.weight", "backbone.norm_f.weight", "backbone.layers.1.mixer.A_log",
+            "backbone.layers.0.mixer.in_proj.weight", "backbone.layers.0.norm.weight"} <= set(weights)
+    assert sorted(t.data_ptr() for t in weights.values()) == sorted(t.data_ptr() for t in own.values())
