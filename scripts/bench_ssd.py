@@ -28,8 +28,9 @@ CUDA_SHAPES = {f"mamba2-130m-{L}": dict(batch=8, L=L, heads=24, P=64, N=128, gro
 CPU_SHAPES = {"tiny": dict(batch=2, L=24, heads=2, P=4, N=8, groups=1, chunk=8)}
 
 
-def run(args) -> dict:
-    """Every (shape, resets, backend) row -> {"rows", ...}."""
+def run(args, written=lambda result: None) -> dict:
+    """Every (shape, resets, backend) row -> {"rows", ...}; `written(result so far)` after each row, so that a run
+    stopped by a time limit keeps the rows it finished (mamba_ssm's first call autotunes for minutes)."""
     import torch
 
     from seqssm.ops.backend import optional_function
@@ -41,6 +42,9 @@ def run(args) -> dict:
     dtype = getattr(torch, args.dtype)
     mamba_fn, mamba_missing = optional_function("mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined")
     rows = []
+    result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreted Triton)",
+              "torch": torch.__version__, "triton": _version("triton"), "mamba_ssm": _version("mamba_ssm"),
+              "repeats": args.repeats, "what": "forward + backward of the SSD scan; medians in ms", "rows": rows}
     for name, s in (CUDA_SHAPES if device.type == "cuda" else CPU_SHAPES).items():
         b, L, H, P, N, G = s["batch"], s["L"], s["heads"], s["P"], s["N"], s["groups"]
         torch.manual_seed(0)
@@ -61,6 +65,7 @@ def run(args) -> dict:
                     if mamba_fn is None:
                         rows.append({**row, "error": f"not installed ({mamba_missing})"})
                         print(json.dumps(rows[-1]), flush=True)
+                        written(result)
                         continue
                     fn = lambda: mamba_fn(x, dt, A, B, C, s["chunk"], D=D)  # noqa: E731
                 else:
@@ -74,9 +79,8 @@ def run(args) -> dict:
                     torch.cuda.empty_cache()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    return {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreted Triton)",
-            "torch": torch.__version__, "triton": _version("triton"), "mamba_ssm": _version("mamba_ssm"),
-            "repeats": args.repeats, "what": "forward + backward of the SSD scan; medians in ms", "rows": rows}
+                written(result)
+    return result
 
 
 def _version(package: str) -> str | None:
@@ -107,8 +111,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup-max", type=int, default=12, help="at most this many warm-up runs (at least 2)")
     parser.add_argument("--out", default="runs/bench_ssd.json")
     args = parser.parse_args(argv)
-    result = run(args)
-    write_outputs(result, markdown(result), args.out)
+    result = run(args, lambda result: write_outputs(result, markdown(result), args.out))
     # A seqssm backend that failed fails the run; mamba_ssm may be absent.
     return 1 if any("error" in r and r["backend"] != "mamba_ssm" for r in result["rows"]) else 0
 

@@ -26,3 +26,16 @@ def test_the_cpu_smoke_run_times_every_backend(tmp_path, monkeypatch):
     [mamba] = [r for r in rows if r["backend"] == "mamba_ssm"]
     assert ("median_ms" in mamba) != ("error" in mamba)
     assert out.with_suffix(".md").read_text().count("\n|") == len(rows) + 2  # the header, its rule and the rows
+
+
+def test_every_row_is_written_as_it_finishes(tmp_path, monkeypatch):
+    """A run stopped by a time limit keeps what it finished: the outputs are rewritten after each row."""
+    spec = importlib.util.spec_from_file_location("bench_ssd", REPO / "scripts" / "bench_ssd.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    counts = []
+    monkeypatch.setattr(bench, "write_outputs", lambda result, table, out: counts.append(len(result["rows"])))
+    bench.main(["--device", "cpu", "--repeats", "1", "--warmup-max", "2", "--backends", "chunked", "mamba_ssm",
+                "--out", str(tmp_path / "bench_ssd.json")])
+    assert counts == list(range(1, len(counts) + 1)) and len(counts) == 3  # chunked twice, mamba_ssm once
