@@ -221,3 +221,18 @@ def test_fft_conv_returns_the_layers_layout():
     for x in (u, bad):
         for d in (D, None):
             assert fft_conv(x, k, d).is_contiguous()
+
+
+def test_fft_conv_is_nan_from_each_rows_first_non_finite_step_on():
+    """Non-finite steps at t = 0, at the last step and twice in one row: NaN from each row's first one on, every
+    other output as the convolution of u with them left out, which only reaches later steps."""
+    u, k = torch.randn(3, 9, 4, dtype=torch.float64), torch.randn(4, 9, dtype=torch.float64)
+    bad = u.clone()
+    for b, t, h, value in ((0, 0, 1, float("nan")), (1, 8, 2, float("inf")), (2, 3, 0, -float("inf")),
+                           (2, 6, 0, float("nan"))):
+        bad[b, t, h] = value
+    y = fft_conv(bad, k)
+    expected = torch.zeros(3, 9, 4, dtype=torch.bool)
+    expected[0, :, 1] = expected[1, 8:, 2] = expected[2, 3:, 0] = True
+    assert torch.equal(torch.isnan(y), expected)
+    torch.testing.assert_close(y[~expected], fft_conv(u.masked_fill(~torch.isfinite(bad), 0.0), k)[~expected])
