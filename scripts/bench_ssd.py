@@ -45,6 +45,12 @@ def run(args, written=lambda result: None) -> dict:
     result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreted Triton)",
               "torch": torch.__version__, "triton": _version("triton"), "mamba_ssm": _version("mamba_ssm"),
               "repeats": args.repeats, "what": "forward + backward of the SSD scan; medians in ms", "rows": rows}
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        written(result)
+
     for name, s in (CUDA_SHAPES if device.type == "cuda" else CPU_SHAPES).items():
         b, L, H, P, N, G = s["batch"], s["L"], s["heads"], s["P"], s["N"], s["groups"]
         torch.manual_seed(0)
@@ -63,9 +69,7 @@ def run(args, written=lambda result: None) -> dict:
                     if with_resets:
                         continue  # mamba_chunk_scan_combined takes no resets
                     if mamba_fn is None:
-                        rows.append({**row, "error": f"not installed ({mamba_missing})"})
-                        print(json.dumps(rows[-1]), flush=True)
-                        written(result)
+                        add({**row, "error": f"not installed ({mamba_missing})"})
                         continue
                     fn = lambda: mamba_fn(x, dt, A, B, C, s["chunk"], D=D)  # noqa: E731
                 else:
@@ -77,9 +81,7 @@ def run(args, written=lambda result: None) -> dict:
                     row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                written(result)
+                add(row)
     return result
 
 

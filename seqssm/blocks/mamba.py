@@ -202,8 +202,9 @@ class MambaBlock(SequenceLayer):
         if gated.ndim == 2 and self.out_proj.bias is None and not torch.is_autocast_enabled(gated.device.type):
             stream, weight = residual_stream(residual, self.residual_in_fp32), self.out_proj.weight
             if stream.dtype == gated.dtype == weight.dtype:
-                # A step: the residual as the product's addend, one GEMM (beta = 1) instead of a product and an add;
-                # in a decoding graph each launch costs about what a layer's products do.
+                # A step: the residual as the product's addend, one operator (beta = 1) instead of a product and an
+                # add. On CUDA it is still two launches (cuBLAS copies the addend into the output first, measured on
+                # an H100), so a decoding graph replays as many kernels either way.
                 return torch.addmm(stream, gated, weight.t())
         return add_residual(residual, self.out_proj(gated), self.residual_in_fp32)
 
