@@ -380,6 +380,8 @@ class Result:
 
     def config_name(self) -> str:
         c, k = self.config, self.launch.kwargs
+        if "STAGES" in c:
+            return f"BLOCK_D={c['BLOCK_D']} STAGES={c['STAGES']} warps={c['num_warps']}"
         if "BLOCK_D" in c:
             return f"BLOCK_D={c['BLOCK_D']} warps={c['num_warps']}"
         if "BLOCK_Q" in k:

@@ -49,12 +49,43 @@ def _row(x, rows, row, axis: tl.constexpr):
     return _sum(tl.where(rows == row, x, 0.0), axis=axis)
 
 
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
 @triton.jit
-def _softplus(x):
+def _exp2(x, FAST: tl.constexpr):
+    # 2^x. Compiled float32 kernels take the special-function unit's approximation directly (denormals flush
+    # to zero, as under CUDA's --use_fast_math): tl.exp2 wraps it in a range fix-up of three more
+    # instructions, and the scans spend most of their time in exponentials.
+    if FAST:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.exp2(x)
+
+
+@triton.jit
+def _sigmoid(x, FAST: tl.constexpr):
+    return 1.0 / (1.0 + _exp2(-x * LOG2E, FAST))
+
+
+@triton.jit
+def _log2(x, FAST: tl.constexpr):
+    # log2(x), the special-function unit's approximation in compiled float32 kernels (as _exp2).
+    if FAST:
+        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.log2(x)
+
+
+@triton.jit
+def _softplus(x, FAST: tl.constexpr):
     # log1p(exp(x)) with Goldberg's correction, as accurate as log1p where exp(x) is tiny; x above 20 passes.
-    z = tl.exp(tl.minimum(x, 20.0))
+    z = _exp2(tl.minimum(x, 20.0) * LOG2E, FAST)
     w = 1.0 + z
-    log1p = tl.where(w == 1.0, z, tl.log(w) * (z / (w - 1.0)))
+    log1p = tl.where(w == 1.0, z, _log2(w, FAST) * LN2 * (z / (w - 1.0)))
     return tl.where(x > 20.0, x, log1p)
 
 
@@ -219,9 +250,6 @@ def linear_scan_bwd(
 # chunks lives in the kernel's (batch, dim, N) outputs ("slots"), each read and written by its own
 # program only; a single chunk with no initial state (HAS_CARRY false) reads none.
 
-LOG2E = tl.constexpr(1.4426950408889634)
-
-
 @triton.jit
 def _program(dim, e, BLOCK_D: tl.constexpr):
     # (batch row, group, first channel d0 (both int64: they scale strides as large as L), channels d,
@@ -238,55 +266,40 @@ def _program(dim, e, BLOCK_D: tl.constexpr):
 
 
 @triton.jit
-def _exp2(x, FAST: tl.constexpr):
-    # 2^x. Compiled float32 kernels take the special-function unit's approximation directly (denormals flush
-    # to zero, as under CUDA's --use_fast_math): tl.exp2 wraps it in a range fix-up of three more
-    # instructions, and the scans spend most of their time in exponentials.
-    if FAST:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
-                                         is_pure=True, pack=1)
-    else:
-        return tl.exp2(x)
-
-
-@triton.jit
-def _sigmoid(x, FAST: tl.constexpr):
-    return 1.0 / (1.0 + _exp2(-x * LOG2E, FAST))
-
-
-@triton.jit
 def _load_dt(delta_ptr, base, tile_dt, mask, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-             ACC: tl.constexpr):
+             ACC: tl.constexpr, FAST: tl.constexpr):
     # (Δ after bias and softplus, 0 where masked; Δ before softplus, for its derivative) on one tile.
     raw = tl.load(delta_ptr + base + tile_dt, mask=mask, other=0.0).to(ACC)
     if HAS_BIAS:
         raw += bias[:, None]
     dt = raw
     if SOFTPLUS:
-        dt = _softplus(raw)
+        dt = _softplus(raw, FAST)
     return tl.where(mask, dt, 0.0), raw
 
 
 @triton.jit
 def _bc_column(ptr, base, d, n, rows, s_d, s_n, s_t, mask_d, mask_t, VARIABLE: tl.constexpr, ACC: tl.constexpr):
-    # State n of B or C, broadcastable against (BLOCK_D, BLOCK_T) tiles: a variable one (1, BLOCK_T) from its
-    # chunk at `base` (the same for every channel), an invariant one (BLOCK_D, 1) (the same at every step).
+    # State n of B or C on (BLOCK_D, BLOCK_T) tiles: a variable one from its chunk at `base` (the same for every
+    # channel), an invariant one (the same at every step). The variable one is loaded through pointers broadcast
+    # over the channels, not loaded as one row and broadcast after: the row's own layout (two steps in each of
+    # 32 lanes) would cost a layout change in registers for every state.
     if VARIABLE:
-        col = tl.load(ptr + base + tl.cast(n, tl.int64) * s_n + rows * s_t, mask=mask_t, other=0.0).to(ACC)[None, :]
+        shape: tl.constexpr = (d.shape[0], rows.shape[0])
+        col = tl.load(tl.broadcast_to(ptr + base + tl.cast(n, tl.int64) * s_n + rows[None, :] * s_t, shape),
+                      mask=tl.broadcast_to(mask_t[None, :], shape), other=0.0).to(ACC)
     else:
         col = tl.load(ptr + d * s_d + n * s_n, mask=mask_d, other=0.0).to(ACC)[:, None]
     return col
 
 
 @triton.jit
-def _state_inputs(n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, slots, rows, mask_d, mask_t,
+def _state_inputs(n, A_ptr, B_ptr, C_ptr, B_base, C_base, slot_ptr, d, slots, rows, mask_d, mask_t,
                   s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr,
                   HAS_SLOT: tl.constexpr, ACC: tl.constexpr):
     # What state n needs: A_n (BLOCK_D,), its B and C columns, and its slot of slot_ptr (BLOCK_D,; zeros
-    # without HAS_SLOT); zeros past the last state. (Loading them one state ahead costs two tiles of
-    # registers; other programs on the multiprocessor hide their latency instead.)
-    mask_d = _and_below(mask_d, n, n_state)
-    mask_t = _and_below(mask_t, n, n_state)
+    # without HAS_SLOT). (Loading them one state ahead costs two tiles of registers; other programs on the
+    # multiprocessor hide their latency instead.)
     A_n = tl.load(A_ptr + d * s_Ad + n * s_An, mask=mask_d, other=0.0).to(ACC)
     B_n = _bc_column(B_ptr, B_base, d, n, rows, s_Bd, s_Bn, s_Bt, mask_d, mask_t, B_VARIABLE, ACC)
     C_n = _bc_column(C_ptr, C_base, d, n, rows, s_Cd, s_Cn, s_Ct, mask_d, mask_t, C_VARIABLE, ACC)
@@ -305,17 +318,16 @@ def _bc_grad(ptr, bc_off, slots, n, length, rows, mask_d, mask_t, terms, VARIABL
     # with READ_SLOTS), for the caller to store after the barrier.
     total = _sum(terms, axis=1)
     if VARIABLE:
-        tl.atomic_add(ptr + bc_off + tl.cast(n, tl.int64) * length + rows, _sum(terms, axis=0), mask=mask_t,
+        # Added from the tile's first row, through a (BLOCK_D, BLOCK_T) tile of pointers: a row of its own would
+        # take a layout change in registers.
+        first = tl.arange(0, terms.shape[0])[:, None] == 0
+        shape: tl.constexpr = terms.shape
+        tl.atomic_add(tl.broadcast_to(ptr + bc_off + tl.cast(n, tl.int64) * length + rows[None, :], shape),
+                      tl.broadcast_to(_sum(terms, axis=0)[None, :], shape), mask=first & mask_t[None, :],
                       sem="relaxed")
     elif READ_SLOTS:
         total += tl.load(ptr + slots + n, mask=mask_d, other=0.0)
     return total
-
-
-@triton.jit
-def _and_below(mask, n, n_state):
-    # mask & (n < n_state) as a tensor (in the interpreter n is a plain int, and int & bool is no mask).
-    return mask & (mask.to(tl.int32) * 0 + n < n_state)
 
 
 @triton.jit
@@ -330,13 +342,13 @@ def _decay(dt, A2_n, reset, HAS_RESETS: tl.constexpr, FAST: tl.constexpr):
 @triton.jit
 def _chunk_inputs(u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
                   s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-                  HAS_RESETS: tl.constexpr, ACC: tl.constexpr):
+                  HAS_RESETS: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr):
     # u, Δ, Δ before softplus (BLOCK_D, BLOCK_T) and resets (BLOCK_T,) of the chunk starting at t0 (int64).
     mask = mask_d[:, None] & mask_t[None, :]
     u = tl.load(u_ptr + pid_b * s_ub + d0 * s_ud + t0 * s_ut + offs_d[:, None] * s_ud + rows[None, :] * s_ut,
                 mask=mask, other=0.0).to(ACC)
     dt, raw = _load_dt(delta_ptr, pid_b * s_db + d0 * s_dd + t0 * s_dt, offs_d[:, None] * s_dd + rows[None, :] * s_dt,
-                       mask, bias, HAS_BIAS, SOFTPLUS, ACC)
+                       mask, bias, HAS_BIAS, SOFTPLUS, ACC, FAST)
     reset = mask_t
     if HAS_RESETS:
         reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + rows * s_rt, mask=mask_t, other=0) != 0
@@ -373,11 +385,9 @@ def _per_channel(ptr, d, mask_d, HAS: tl.constexpr, ACC: tl.constexpr):
 
 @triton.jit
 def _store_column(ptr, slots, n, tile, rows, column, mask_d):
-    # Stores one column of a (BLOCK_D, BLOCK_T) tile into slots n: every thread issues the store of its own
-    # elements, predicated off but for the one that holds the column (a reduction over the tile would cost a
-    # shared-memory exchange).
-    tl.store(ptr + slots[:, None] + n + rows[None, :] * 0, tile,
-             mask=mask_d[:, None] & (rows[None, :] == column))
+    # Stores one column of a (BLOCK_D, BLOCK_T) tile into slots n, taken out by a masked sum over the time axis
+    # (a few shuffles: a store of the whole tile, predicated off but for the column, would take a layout change).
+    tl.store(ptr + slots + n, _row(tile, rows[None, :], column, 1), mask=mask_d)
 
 
 @triton.jit
@@ -387,59 +397,73 @@ def selective_scan_fwd(
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
     s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt, s_ob, s_od,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_CARRY: tl.constexpr,
-    WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
-    ACC: tl.constexpr, FAST: tl.constexpr,
+    HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_H0: tl.constexpr,
+    WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr,
 ):
-    """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), strides (s_ob, s_od, 1), in y's dtype; with STORE_STARTS the state entering every
-    chunk (batch, chunks, dim, N). The state is carried in last (batch, dim, N): with HAS_CARRY (an initial
-    state, or more than one chunk) the caller fills it with h0 or zeros and each chunk starts from it; with
-    WRITE_LAST it ends as the last state. Each slot belongs to one program; a barrier between reading and
-    writing it orders its threads. tune_rows and tune_length are read by the autotuner's key only."""
+    """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), strides (s_ob, s_od, 1), in y's dtype.
+
+    Every program holds the state of its BLOCK_D channels, all N of it, as a (BLOCK_D, BLOCK_N) tile in registers
+    from the first step to the last, and takes one step at a time: h = exp(Δ A) h + Δ B u, y = Σ_n C h. There is
+    no scan: the batch rows, channels and states give the GPU enough independent recurrences, and each step's
+    loads are issued STAGES - 1 steps ahead. B and C come state-contiguous ((batch, groups, L, N) memory), which
+    also lays the tile out with a few states in each thread and the channels across lanes. With HAS_H0 the
+    state starts from last (batch, dim, N); with WRITE_LAST it ends there; with STORE_STARTS the state entering
+    every chunk of CHUNK steps (the backward's) goes to starts (batch, chunks, dim, N). tune_rows and
+    tune_length are read by the autotuner's key only."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
-    slots = (pid_b * dim + d0) * n_state + offs_d * n_state  # + n: this program's (channel, n) slots
+    n = tl.arange(0, BLOCK_N)[None, :]
+    mask_n = n < n_state
+    mask_dn = mask_d[:, None] & mask_n
+    A2 = tl.load(A_ptr + d[:, None] * s_Ad + n * s_An, mask=mask_dn, other=0.0).to(ACC) * LOG2E
     bias = _per_channel(bias_ptr, d, mask_d, HAS_BIAS, ACC)
     D = _per_channel(D_ptr, d, mask_d, HAS_D, ACC)
-    rows = tl.arange(0, BLOCK_T)
-    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
-    for c in range(n_chunks):
-        t0 = tl.cast(c * BLOCK_T, tl.int64)
-        mask_t = c * BLOCK_T + rows < length
-        mask = mask_d[:, None] & mask_t[None, :]
-        u, dt, raw, reset = _chunk_inputs(
-            u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
-            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
-        dtu = dt * u
-        y = tl.full([BLOCK_D, BLOCK_T], 0.0, ACC)
+    if not B_VARIABLE:
+        B = tl.load(B_ptr + d[:, None] * s_Bd + n * s_Bn, mask=mask_dn, other=0.0).to(ACC)
+    if not C_VARIABLE:
+        C = tl.load(C_ptr + d[:, None] * s_Cd + n * s_Cn, mask=mask_dn, other=0.0).to(ACC)
+    # This program's (channel, n) in a (batch, dim, N) tensor.
+    state_off = (pid_b * dim + d0) * n_state + offs_d[:, None] * n_state + n
+    h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
+    if HAS_H0:
+        h = tl.load(last_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
+    u_row = u_ptr + pid_b * s_ub + d0 * s_ud + offs_d * s_ud
+    dt_row = delta_ptr + pid_b * s_db + d0 * s_dd + offs_d * s_dd
+    z_row = z_ptr + pid_b * s_zb + d0 * s_zd + offs_d * s_zd
+    y_row = y_ptr + pid_b * s_ob + d0 * s_od + offs_d * s_od
+    B_row = B_ptr + pid_b * s_Bb + pid_g * s_Bg + n * s_Bn
+    C_row = C_ptr + pid_b * s_Cb + pid_g * s_Cg + n * s_Cn
+    for t in tl.range(0, length, num_stages=STAGES):
+        t64 = tl.cast(t, tl.int64)
+        if STORE_STARTS:
+            if t % CHUNK == 0:
+                tl.store(starts_ptr + ((pid_b * ((length + CHUNK - 1) // CHUNK) + t // CHUNK) * dim + d0) * n_state
+                         + offs_d[:, None] * n_state + n, h, mask=mask_dn)
+        u = tl.load(u_row + t64 * s_ut, mask=mask_d, other=0.0).to(ACC)
+        dt = tl.load(dt_row + t64 * s_dt, mask=mask_d, other=0.0).to(ACC)
+        if HAS_BIAS:
+            dt += bias
+        if SOFTPLUS:
+            dt = _softplus(dt, FAST)
+        if B_VARIABLE:
+            B = tl.load(B_row + t64 * s_Bt, mask=mask_n, other=0.0).to(ACC)
+        if C_VARIABLE:
+            C = tl.load(C_row + t64 * s_Ct, mask=mask_n, other=0.0).to(ACC)
+        dA = _exp2(dt[:, None] * A2, FAST)
+        if HAS_RESETS:
+            dA = tl.where(tl.load(resets_ptr + pid_b * s_rb + t64 * s_rt) != 0, 0.0, dA)
+        h = dA * h + (dt * u)[:, None] * B
+        y = _sum(h * C, axis=1)
         if HAS_D:
-            y += u * D[:, None]
-        B_base = pid_b * s_Bb + pid_g * s_Bg + t0 * s_Bt
-        C_base = pid_b * s_Cb + pid_g * s_Cg + t0 * s_Ct
-        starts = starts_ptr + ((pid_b * n_chunks + c) * dim + d0) * n_state + offs_d * n_state
-        if HAS_CARRY:
-            tl.debug_barrier()  # the last chunk's writes to the slots are seen by every thread
-        for n in range(n_state):
-            A_n, B_n, C_n, h_n = _state_inputs(
-                n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, last_ptr, d, slots, rows, mask_d, mask_t,
-                s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, HAS_CARRY, ACC)
-            if STORE_STARTS:
-                tl.store(starts + n, h_n, mask=mask_d)
-            prod, hs = tl.associative_scan((_decay(dt, A_n * LOG2E, reset, HAS_RESETS, FAST), dtu * B_n), axis=1,
-                                           combine_fn=_affine)
-            if HAS_CARRY:
-                hs += prod * h_n[:, None]
-            y += hs * C_n
-            if WRITE_LAST:
-                # Steps past the end have dA = 1, ΔBu = 0: the last column holds the state after the last real
-                # step.
-                if HAS_CARRY:
-                    tl.debug_barrier()  # every thread has read slot n before it is written
-                _store_column(last_ptr, slots, n, hs, rows, BLOCK_T - 1, mask_d)
+            y += u * D
         if HAS_Z:
-            z, gate = _gate(z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, FAST, ACC)
-            y *= z * gate
-        tl.store(y_ptr + pid_b * s_ob + d0 * s_od + t0 + offs_d[:, None] * s_od + rows[None, :],
-                 y.to(y_ptr.dtype.element_ty), mask=mask)
+            z = tl.load(z_row + t64 * s_zt, mask=mask_d, other=0.0).to(ACC)
+            y *= z * _sigmoid(z, FAST)
+        tl.store(y_row + t64, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    if WRITE_LAST:
+        if HAS_H0:
+            tl.debug_barrier()  # every thread has read its initial state before any is overwritten
+        tl.store(last_ptr + state_off, h, mask=mask_dn)
 
 
 @triton.jit
@@ -484,13 +508,13 @@ def selective_scan_bwd(
         mask = mask_d[:, None] & mask_t[None, :]
         u, dt, raw, reset = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
-            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
+            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC, FAST)
         # Δ and resets one step later inside the chunk; Δ = 0 (so dA_{t+1} = 1) in the last row and past the
         # end, where the carry enters.
         _, dt_next, _, reset_next = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0 + 1, rows, mask_d,
             (rows < BLOCK_T - 1) & (c * BLOCK_T + rows + 1 < length),
-            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
+            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC, FAST)
         out_off = pid_b * s_ob + d0 * s_od + t0 + offs_d[:, None] * s_od + rows[None, :]
         gy_off = pid_b * s_gb + d0 * s_gd + t0 * s_gt + offs_d[:, None] * s_gd + rows[None, :] * s_gt
         gy = _scan_grad(gy_ptr, gy_off, z_ptr, pid_b, d0, t0, offs_d, rows, mask, s_zb, s_zd, s_zt, HAS_Z, FAST, ACC)
@@ -510,7 +534,7 @@ def selective_scan_bwd(
         # enters there is multiplied by Δ, by gy (0) or stored under the mask.
         for n in range(n_state):
             A_n, B_n, C_n, carry = _state_inputs(
-                n, n_state, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
+                n, A_ptr, B_ptr, C_ptr, B_base, C_base, gh_ptr, d, slots, rows, mask_d, mask_t,
                 s_Ad, s_An, s_Bd, s_Bn, s_Bt, s_Cd, s_Cn, s_Ct, B_VARIABLE, C_VARIABLE, READ_SLOTS, ACC)
             gA_n = tl.full([BLOCK_D], 0.0, ACC)
             if READ_SLOTS:
@@ -524,11 +548,14 @@ def selective_scan_bwd(
                 y += hs * C_n
             gC_n = _bc_grad(gC_ptr, bc_off, slots, n, length, rows, mask_d, mask_t, hs * gy, C_VARIABLE, READ_SLOTS)
             hs -= dBu  # now dA_t h_{t-1}
-            # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it).
-            prod, g = tl.associative_scan((_decay(dt_next, A_n * LOG2E, reset_next, HAS_RESETS, FAST), C_n * gy),
-                                          axis=1, combine_fn=_affine, reverse=True)
+            # The reverse scan runs on a 2-D tile, the case Triton's own tests cover (the gpu tests check it). The
+            # carry (the adjoint entering from the next chunk) joins the last step's term, where dA_{t+1} is 1: then
+            # the scan's running products go unused, and Triton drops their reversal back into time order.
+            gC_in = C_n * gy
             if READ_SLOTS:
-                g += prod * carry[:, None]
+                gC_in += tl.where(rows[None, :] == BLOCK_T - 1, carry[:, None], 0.0)
+            _, g = tl.associative_scan((_decay(dt_next, A_n * LOG2E, reset_next, HAS_RESETS, FAST), gC_in),
+                                       axis=1, combine_fn=_affine, reverse=True)
             x = g * hs
             gdt += x * A_n[:, None]
             gBu += g * B_n
@@ -548,7 +575,7 @@ def selective_scan_bwd(
         # so the Δ recomputed here goes unused and is not computed).
         u, _, raw, _ = _chunk_inputs(
             u_ptr, delta_ptr, resets_ptr, bias, pid_b, d0, offs_d, t0, rows, mask_d, mask_t,
-            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC)
+            s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_rb, s_rt, HAS_BIAS, SOFTPLUS, HAS_RESETS, ACC, FAST)
         if HAS_Z:
             # z and dL/d(output) loaded again rather than held through the loop over states.
             gout = tl.load(gy_ptr + gy_off, mask=mask, other=0.0).to(ACC)
@@ -593,7 +620,7 @@ def selective_step_fwd(
     if HAS_BIAS:
         dt += tl.load(bias_ptr + d, mask=mask_d, other=0.0).to(tl.float32)
     if SOFTPLUS:
-        dt = _softplus(dt)
+        dt = _softplus(dt, False)
     A = tl.load(A_ptr + d[:, None] * s_ad + offs_n[None, :] * s_an, mask=mask, other=0.0).to(tl.float32)
     B = tl.load(B_ptr + pid_b * s_bb + g[:, None] * s_bg + offs_n[None, :] * s_bn, mask=mask, other=0.0)
     C = tl.load(C_ptr + pid_b * s_cb + g[:, None] * s_cg + offs_n[None, :] * s_cn, mask=mask, other=0.0)

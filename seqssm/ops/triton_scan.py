@@ -43,7 +43,11 @@ _SELECTIVE_MIN_CHUNK = 16
 # (the compile check's full tier), so those inputs ("wide") stop at 4; their backward at 4 over 8 warps spilled
 # 8 bytes on sm_80 under triton 3.6 (the check on an H100), so it stops at 2. (Tiles addressed by 64-bit chunk
 # bases plus 32-bit offsets kept 4 free of spills, but made the bf16 backward about 8% slower on the H100.)
-_SELECTIVE_PER_THREAD = {("fwd", False): (4, 8), ("fwd", True): (4,), ("bwd", False): (2, 4), ("bwd", True): (2,)}
+_SELECTIVE_PER_THREAD = {("bwd", False): (2, 4), ("bwd", True): (2,)}
+# (states per thread, STAGES, warps) of the forward's tiles that the autotuner tries. At 16 states a thread
+# the step takes about 15 instructions per (channel, n) pair (sm_90 SASS; the scan's forward took 20 to 30);
+# at 32 the tile needs more registers than ptxas's budget.
+_FORWARD_TILES = ((8, 1, 1), (16, 1, 1), (16, 2, 1), (16, 2, 2), (16, 2, 4))
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
@@ -55,9 +59,8 @@ _INT32_MAX = 2**31 - 1
 
 
 def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[tuple[int, int]]:
-    """(BLOCK_D, num_warps) pairs the autotuner of the selective `direction` ("fwd" or "bwd") tries for chunks
-    of `block_t` steps of 16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of
-    _SELECTIVE_PER_THREAD."""
+    """(BLOCK_D, num_warps) pairs the autotuner of the selective backward tries for chunks of `block_t` steps of
+    16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of _SELECTIVE_PER_THREAD."""
     pairs = []
     for warps in (1, 2, 4, 8):
         for per_thread in _SELECTIVE_PER_THREAD[direction, wide]:
@@ -67,13 +70,29 @@ def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[
     return pairs
 
 
+def forward_configs(block_n: int) -> list[tuple[int, int, int]]:
+    """(BLOCK_D, STAGES, num_warps) triples the autotuner of the selective forward tries for BLOCK_N states: each
+    thread holds the state of so many (channel, n) pairs (_FORWARD_TILES), and loads run STAGES - 1 steps ahead."""
+    triples = []
+    for per_thread, stages, warps in _FORWARD_TILES:
+        block_d = max(1, per_thread * 32 * warps // block_n)
+        if (block_d, stages, warps) not in triples:
+            triples.append((block_d, stages, warps))
+    return triples
+
+
 @functools.lru_cache(maxsize=None)
-def _selective_tuned(direction: str, block_t: int, wide: bool):
-    """The compiled selective kernel of `direction` under an autotuner over `selective_configs`."""
+def _selective_tuned(direction: str, block_t: int, wide: bool, block_n: int):
+    """The compiled selective kernel of `direction` under an autotuner over its configs."""
     kernel = getattr(load_kernels(_KERNELS, False), f"selective_scan_{direction}")
-    configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
-                             maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
-               for d, w in selective_configs(direction, block_t, wide)]
+    if direction == "fwd":
+        configs = [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w,
+                                 maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
+                   for d, s, w in forward_configs(block_n)]
+    else:
+        configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
+                                 maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
+                   for d, w in selective_configs(direction, block_t, wide)]
     if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
         # One config, run untimed: tests on a GPU compile many small variants, each config a compile.
         configs = configs[:1]
@@ -257,18 +276,26 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     c_var, c_strides = _bc_layout(C)
     acc = _acc(torch.promote_types(u.dtype, torch.float32))
     flags = dict(B_VARIABLE=b_var, C_VARIABLE=c_var, HAS_BIAS=delta_bias is not None, SOFTPLUS=softplus,
-                 HAS_RESETS=resets is not None, HAS_D=D is not None, HAS_Z=z is not None, BLOCK_T=block_t, ACC=acc,
+                 HAS_RESETS=resets is not None, HAS_D=D is not None, HAS_Z=z is not None, ACC=acc,
                  FAST=not interpret and acc == tl.float32, **flags)
     wide = u.element_size() >= 4
-    configs = selective_configs(direction, block_t, wide)
+    block_n = triton.next_power_of_2(n)
+    if direction == "fwd":
+        flags.update(CHUNK=block_t, BLOCK_N=block_n)
+        block_d = max(d for d, _, _ in forward_configs(block_n))
+    else:
+        flags.update(BLOCK_T=block_t)
+        block_d = max(d for d, _ in selective_configs(direction, block_t, wide) + [(4, 1)])
     if interpret:
         kernel = getattr(kernels, f"selective_scan_{direction}")
+        # A small fixed tile: the interpreter's cost is per element.
         flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
+        if direction == "fwd":
+            flags["STAGES"] = 1
         grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
     else:
-        kernel = _selective_tuned(direction, block_t, wide)
+        kernel = _selective_tuned(direction, block_t, wide, block_n)
         grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
-    block_d = max(d for d, _ in configs + [(4, 1)])
     steps = block_t + 1  # the backward reads Δ and resets one step past the chunk
     z_strides = z.stride() if z is not None else (0, 0, 0)
     _check_tile_offsets("selective_scan", **{
@@ -311,14 +338,14 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
     y = _out_like(u)
-    # The kernel carries the state in `last`, from h0 (or zeros) to the last state.
+    # The kernel starts from the state in `last` (h0) and leaves the last state there.
     if initial_state is not None:
         last = initial_state.to(compute, copy=True).contiguous()
     else:
-        last = torch.zeros(batch, dim, n if carry or return_last_state else 0, dtype=compute, device=u.device)
+        last = torch.empty(batch, dim, n if return_last_state else 0, dtype=compute, device=u.device)
     starts = torch.empty(batch, chunks if store_starts and carry else 0, dim, n, dtype=compute, device=u.device)
     _selective_launch("fwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
-                      dict(HAS_CARRY=carry, WRITE_LAST=chunks > 1 or return_last_state,
+                      dict(HAS_H0=initial_state is not None, WRITE_LAST=return_last_state,
                            STORE_STARTS=store_starts and carry),
                       y, starts, last, out=y)
     return y, last if return_last_state else _empty(last), starts
@@ -360,6 +387,8 @@ def selective_backward(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, r
     # expanded view (of y.sum(), say): tiles would overlap.
     if 0 in grad_y.stride():
         grad_y = grad_y.contiguous()
+    # The forward reads B, C state-contiguous (kernel_layout); the backward's tiles walk them along time.
+    B, C = (M.contiguous() if M.ndim > 2 else M for M in (B, C))
     grad_u, grad_delta = _out_like(u), _out_like(u, delta.dtype)
     grad_z = _out_like(u, z.dtype) if z is not None else _empty(u)
     per_row = (batch, dim, n)
@@ -440,12 +469,13 @@ _selective_scan_op.register_autograd(_selective_backward, setup_context=_selecti
 
 
 def kernel_layout(u, delta, z, B, C):
-    """u, delta, z, B, C as the kernels read them best: time-contiguous u, Δ and z, and B, C (small: no channel
-    axis) in the compute dtype, as mamba_ssm's kernel does; channels-last tiles would need a layout change in
-    registers."""
+    """u, delta, z, B, C as the forward kernel reads them best: time-contiguous u, Δ and z, and B, C (small: no
+    channel axis) in the compute dtype and state-contiguous ((..., L, N) memory), so that each step's states are
+    one vector load."""
     u, delta, z = (x.contiguous() if x is not None and x.stride(-1) != 1 else x for x in (u, delta, z))
     # one copy, not a cast that keeps B's strides and then a second copy to make it contiguous
-    B, C = (M.to(_compute(u), memory_format=torch.contiguous_format) if M.ndim > 2 else M for M in (B, C))
+    B, C = (M.transpose(-1, -2).to(_compute(u), memory_format=torch.contiguous_format).transpose(-1, -2)
+            if M.ndim > 2 else M for M in (B, C))
     return u, delta, z, B, C
 
 

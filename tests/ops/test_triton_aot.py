@@ -25,14 +25,18 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
                                             "linear_scan_bwd", "ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h",
                                             "selective_step_fwd", "conv1d_step_fwd", "conv1d_fwd", "conv1d_bwd")
                        for arch in (80, 90)}
-    from seqssm.ops.triton_scan import selective_configs
+    from seqssm.ops.triton_scan import forward_configs, selective_configs
 
     for r in results:  # every config its autotuner may pick was compiled
-        if r.launch.kernel_name.startswith("selective_scan"):
-            direction, block_t = r.launch.kernel_name.rsplit("_", 1)[1], r.launch.kwargs["BLOCK_T"]
-            tried = {(x.config["BLOCK_D"], x.config["num_warps"]) for x in results
-                     if x.launch is r.launch and x.arch == r.arch}
-            assert tried == set(selective_configs(direction, block_t, r.launch.args[0].element_size() >= 4))
+        if not r.launch.kernel_name.startswith("selective_scan"):
+            continue
+        tried = {(x.config["BLOCK_D"], x.config.get("STAGES"), x.config["num_warps"]) for x in results
+                 if x.launch is r.launch and x.arch == r.arch}
+        if r.launch.kernel_name == "selective_scan_fwd":
+            assert tried == set(forward_configs(r.launch.kwargs["BLOCK_N"]))
+        elif r.launch.kernel_name == "selective_scan_bwd":
+            wide = r.launch.args[0].element_size() >= 4
+            assert tried == {(d, None, w) for d, w in selective_configs("bwd", r.launch.kwargs["BLOCK_T"], wide)}
     assert all(r.registers and r.shared is not None for r in results)
     ssd = {(r.launch.case.dtype, r.launch.kernel_name) for r in results if r.launch.case.op == "ssd"}
     assert ssd == {(d, k) for d in (torch.bfloat16, torch.float32) for k in ("ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h")}

@@ -1,7 +1,7 @@
 """Checks only a GPU can make, run first by scripts/gpu_check.sh: Triton's reverse associative scan in the
 exact tile shapes and warp counts of the selective backward (a wrong order would corrupt gradients
-silently), and the scans at shapes whose offsets pass 2^31 elements, against the same kernels on a small
-copy of a slice."""
+silently), every tile of the selective forward's autotuner (the tests run one, untuned), and the scans at shapes
+whose offsets pass 2^31 elements, against the same kernels on a small copy of a slice."""
 
 import pytest
 import torch
@@ -10,6 +10,7 @@ triton = pytest.importorskip("triton", reason="triton (the [triton] extra) is no
 import triton.language as tl  # noqa: E402
 
 from seqssm.ops import linear_scan, selective_scan  # noqa: E402
+from seqssm.ops import triton_scan  # noqa: E402
 from seqssm.ops.triton_scan import SELECTIVE_MAX_CHUNK, selective_configs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -44,6 +45,31 @@ def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
         g = b[:, t].double() + a[:, t].double() * g
         expected[:, t] = g
     torch.testing.assert_close(out.double(), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tile", triton_scan._FORWARD_TILES)
+@pytest.mark.parametrize("n", [16, 64])
+def test_every_forward_tile_matches_the_torch_path(monkeypatch, tile, n):
+    """The forward under each (states per thread, stages, warps) the autotuner may pick, with state in and out,
+    resets and a channel count no block divides, in bf16 (the training dtype) against the torch path."""
+    monkeypatch.setattr(triton_scan, "_FORWARD_TILES", (tile,))
+    triton_scan._selective_tuned.cache_clear()
+    torch.manual_seed(0)
+    b, d, length = 3, 200, 2 * SELECTIVE_MAX_CHUNK + 7
+    bf = torch.bfloat16
+    args = (torch.randn(b, d, length, device="cuda", dtype=bf), torch.randn(b, d, length, device="cuda", dtype=bf) - 1,
+            -torch.rand(d, n, device="cuda") - 0.2, torch.randn(b, n, length, device="cuda", dtype=bf),
+            torch.randn(b, n, length, device="cuda", dtype=bf), torch.randn(d, device="cuda"),
+            torch.randn(b, d, length, device="cuda", dtype=bf), torch.randn(d, device="cuda") * 0.1)
+    kwargs = dict(delta_softplus=True, return_last_state=True, initial_state=torch.randn(b, d, n, device="cuda"),
+                  resets=torch.rand(b, length, device="cuda") < 0.05)
+    try:
+        y, last = selective_scan(*args, **kwargs, backend="triton")
+    finally:
+        triton_scan._selective_tuned.cache_clear()
+    y_ref, last_ref = selective_scan(*(x.float() for x in args), **kwargs, backend="torch")
+    torch.testing.assert_close(y.float(), y_ref, atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(last.float(), last_ref, atol=2e-2, rtol=2e-2)
 
 
 def test_selective_gradients_match_the_torch_path_on_cuda():
