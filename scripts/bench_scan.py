@@ -6,7 +6,8 @@
 On CUDA (`--device cuda`, see `cuda_suite`) it runs in one process, synchronising around each timed
 run and reading peak memory from torch's allocator: S6 `selective_scan` at the size of the Ulbaek 2024 thesis models
 (batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16,
-batch 8 x L 2048 and batch 2 x L 8192), with and without resets, for "triton" (and "triton@N" at other
+batch 8 x L 2048 and batch 2 x L 8192; there also the forward alone, "selective_scan_forward"), with and without
+resets, for "triton" (and "triton@N" at other
 chunk lengths, --chunks), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
 `selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
 PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
@@ -101,11 +102,12 @@ def worker(mode: str, backend: str, length: int, repeats: int, batch: int, dim: 
     return {"peak_extra_bytes": peak, "peak_ratio": peak / (batch * length * dim * n * 4)}
 
 
-def measure(fn, params, repeats: int, device, warmup_max: int = 12) -> dict:
-    """Median fwd+bwd milliseconds of fn() on `device` over `repeats` runs after warm-ups (compilation, autotuning,
-    the allocator's first blocks of a new shape), and on CUDA the peak memory one run allocates beyond what was live
-    before it. Warm-ups run until two in a row agree within 5% (at most `warmup_max`): on an H100 the Triton rows
-    still fell from 11.7 to 5.6 ms over five runs after two warm-ups."""
+def measure(fn, params, repeats: int, device, warmup_max: int = 12, backward: bool = True) -> dict:
+    """Median fwd+bwd milliseconds (forward alone without `backward`, under no_grad) of fn() on `device` over
+    `repeats` runs after warm-ups (compilation, autotuning, the allocator's first blocks of a new shape), and on
+    CUDA the peak memory one run allocates beyond what was live before it. Warm-ups run until two in a row agree
+    within 5% (at most `warmup_max`): on an H100 the Triton rows still fell from 11.7 to 5.6 ms over five runs
+    after two warm-ups."""
     import torch
 
     cuda = device.type == "cuda"
@@ -113,6 +115,10 @@ def measure(fn, params, repeats: int, device, warmup_max: int = 12) -> dict:
     def once():
         for p in params:
             p.grad = None
+        if not backward:
+            with torch.no_grad():
+                fn()
+            return
         out = fn()
         (out[0] if isinstance(out, tuple) else out).float().sum().backward()
 
@@ -242,9 +248,9 @@ def cuda_suite(args) -> dict:
     device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
     rows = []
 
-    def record(op, name, shape, resets, backend, fn, params, repeats=args.repeats, limit=None):
+    def record(op, name, shape, resets, backend, fn, params, repeats=args.repeats, limit=None, backward=True):
         try:
-            row = measure(fn, params, repeats, torch.device("cuda"))
+            row = measure(fn, params, repeats, torch.device("cuda"), backward=backward)
         except Exception as err:  # recorded, not fatal: one failing backend must not hide the others
             row = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
         torch.cuda.empty_cache()
@@ -295,6 +301,9 @@ def cuda_suite(args) -> dict:
                 try:
                     record("selective_scan", name, shape, with_resets, backend, fn, params,
                            repeats=min(args.repeats, 3) if backend == "torch" else args.repeats, limit=limit)
+                    if backend in ("mamba_ssm", "triton") and name.startswith("mamba130m") and not with_resets:
+                        # the forward alone (inference, prefill): where the two kernels' designs differ most
+                        record("selective_scan_forward", name, shape, False, backend, fn, params, backward=False)
                 finally:
                     triton_scan.SELECTIVE_MAX_CHUNK = default_chunk
 

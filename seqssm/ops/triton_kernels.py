@@ -6,10 +6,11 @@ For the same reason the kernels call only builtins of triton.language, none of i
 helpers (tl.sum, tl.zeros, tl.cdiv, tl.sigmoid), which carry the mode triton was imported in.
 
 Every program owns one batch row and a block of channels (a 1-D grid, so no grid limit of the y
-and z axes applies) and walks time in chunks of BLOCK_T steps: inside a chunk the recurrence
-h_t = a_t h_{t-1} + b_t is one `tl.associative_scan` of (a, b) pairs under affine composition
-along the time axis of a 2-D tile, a reset being a = 0; between chunks the state is carried in
-registers. Accumulation is in ACC (float32, or float64 for float64 inputs).
+and z axes applies). The linear scan and the selective backward walk time in chunks of BLOCK_T steps:
+inside a chunk the recurrence h_t = a_t h_{t-1} + b_t is one `tl.associative_scan` of (a, b) pairs
+under affine composition along the time axis of a 2-D tile, a reset being a = 0; between chunks the
+state is carried in registers. The selective forward takes one step at a time (its docstring says why).
+Accumulation is in ACC (float32, or float64 for float64 inputs).
 
 Offsets: a time index times a stride can pass 2^31 on long sequences, so each chunk's start is
 a 64-bit scalar offset and only the offsets inside one tile (at most a block of channels times
@@ -236,13 +237,13 @@ def linear_scan_bwd(
 
 
 # -------------------------------------------------------------------------------- selective scan
-# u, delta, z (batch, dim, L) and B, C with any strides (the launcher passes them time-contiguous). A
-# variable B is (batch, groups, N, L), an invariant one (dim, N); strides of absent axes are 0. y and the
-# gradients of u, delta, z are contiguous (batch, dim, L) in their tensors' dtypes; states and the other
-# gradients are in ACC. Grid: batch x groups x channel blocks of BLOCK_D within a group of e = dim / groups
-# channels, flattened.
+# u, delta, z (batch, dim, L) and B, C with any strides (the launcher passes u, delta, z time-contiguous, B and C
+# state-contiguous to the forward and time-contiguous to the backward). A variable B is (batch, groups, N, L), an
+# invariant one (dim, N); strides of absent axes are 0. y and the gradients of u, delta, z are contiguous (batch,
+# dim, L) in their tensors' dtypes; states and the other gradients are in ACC. Grid: batch x groups x channel
+# blocks of BLOCK_D within a group of e = dim / groups channels, flattened.
 #
-# A program's tiles are 2-D, (channels, time), BLOCK_T steps long (the launcher's chunk, at most 64). Triton
+# The backward's tiles are 2-D, (channels, time), BLOCK_T steps long (the launcher's chunk, at most 64). Triton
 # lays such a tile out with several consecutive steps in each thread, so `tl.associative_scan` runs those
 # sequentially in registers and only the threads' totals go through warp shuffles, as mamba_ssm's CUDA
 # kernel does; a tile of one warp needs no shared memory or barrier. The state index n is a loop inside

@@ -29,24 +29,23 @@ from seqssm.ops.selective import _groups
 LINEAR_CHUNK = 32
 # Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
 _LINEAR_BLOCK_F = 32
-# The selective scan walks time in chunks of a power of two steps, as long as the sequence, between these
-# bounds; the chunk's start states are what the backward pass keeps, float32 (batch, dim, N) each. Measured on
-# an H200 (mamba-130m widths, bf16, forward + backward, autotuned tiles; docs/gpu.md): chunks of 1024 took
-# 7.3 ms, 512 5.7, 256 5.7, 128 4.9, 64 4.5, 32 4.9. Long chunks keep more consecutive steps in each thread,
-# but their programs span several warps, whose scans meet in shared memory behind barriers; a 64-step chunk
-# of one or two channels is one warp, scanned with shuffles alone.
+# The selective backward walks time in chunks of a power of two steps, as long as the sequence, between these
+# bounds; the chunk's start states, which the forward writes, are what it keeps, float32 (batch, dim, N) each.
+# Measured on an H200 (mamba-130m widths, bf16, forward + backward, autotuned tiles, when the forward was a
+# chunked scan too; docs/gpu.md): chunks of 1024 took 7.3 ms, 512 5.7, 256 5.7, 128 4.9, 64 4.5, 32 4.9. Long
+# chunks keep more consecutive steps in each thread, but their programs span several warps, whose scans meet in
+# shared memory behind barriers; a 64-step chunk of one or two channels is one warp, scanned with shuffles alone.
 SELECTIVE_MAX_CHUNK = 64
 _SELECTIVE_MIN_CHUNK = 16
-# Elements of each (channels, chunk) tile per thread that the autotuners try: the forward holds about 8
-# tiles, the backward (two scans, three accumulators) about 15, which at 8 elements per thread is more
-# than ptxas's budget. A forward of float32 inputs over several warps at 8 spills a few bytes on sm_90
-# (the compile check's full tier), so those inputs ("wide") stop at 4; their backward at 4 over 8 warps spilled
-# 8 bytes on sm_80 under triton 3.6 (the check on an H100), so it stops at 2. (Tiles addressed by 64-bit chunk
-# bases plus 32-bit offsets kept 4 free of spills, but made the bf16 backward about 8% slower on the H100.)
-_SELECTIVE_PER_THREAD = {("bwd", False): (2, 4), ("bwd", True): (2,)}
-# (states per thread, STAGES, warps) of the forward's tiles that the autotuner tries. At 16 states a thread
-# the step takes about 15 instructions per (channel, n) pair (sm_90 SASS; the scan's forward took 20 to 30);
-# at 32 the tile needs more registers than ptxas's budget.
+# Elements of each (channels, chunk) tile per thread that the backward's autotuner tries: it holds about 15
+# tiles (two scans, three accumulators), which at 8 elements per thread is more than ptxas's budget. With float32
+# inputs ("wide") at 4 over 8 warps it spilled 8 bytes on sm_80 under triton 3.6 (the check on an H100), so those
+# stop at 2. (Tiles addressed by 64-bit chunk bases plus 32-bit offsets kept 4 free of spills, but made the bf16
+# backward about 8% slower on the H100.)
+_BACKWARD_PER_THREAD = {False: (2, 4), True: (2,)}
+# ((channel, n) pairs per thread, STAGES, warps) of the forward's tiles that the autotuner tries. At 16 pairs a
+# thread a step takes 15 to 16 instructions per pair (sm_90 SASS, scripts/kernel_sass.py; the chunked scan it
+# replaced took 23 to 37 per (channel, step) and state); at 32 the tile needs more registers than ptxas's budget.
 _FORWARD_TILES = ((8, 1, 1), (16, 1, 1), (16, 2, 1), (16, 2, 2), (16, 2, 4))
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
@@ -58,12 +57,12 @@ _REGISTER_FILE = 65536
 _INT32_MAX = 2**31 - 1
 
 
-def selective_configs(direction: str, block_t: int, wide: bool = False) -> list[tuple[int, int]]:
+def backward_configs(block_t: int, wide: bool = False) -> list[tuple[int, int]]:
     """(BLOCK_D, num_warps) pairs the autotuner of the selective backward tries for chunks of `block_t` steps of
-    16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of _SELECTIVE_PER_THREAD."""
+    16-bit inputs (`wide`: 32-bit or wider): those holding the elements per thread of _BACKWARD_PER_THREAD."""
     pairs = []
     for warps in (1, 2, 4, 8):
-        for per_thread in _SELECTIVE_PER_THREAD[direction, wide]:
+        for per_thread in _BACKWARD_PER_THREAD[wide]:
             block_d, rest = divmod(per_thread * 32 * warps, block_t)
             if not rest and 1 <= block_d <= 16:
                 pairs.append((block_d, warps))
@@ -81,28 +80,33 @@ def forward_configs(block_n: int) -> list[tuple[int, int, int]]:
     return triples
 
 
-@functools.lru_cache(maxsize=None)
-def _selective_tuned(direction: str, block_t: int, wide: bool, block_n: int):
-    """The compiled selective kernel of `direction` under an autotuner over its configs."""
+def _tuned(direction: str, configs: list, **autotune):
+    """The compiled selective kernel of `direction` under an autotuner over `configs`, keyed by the launch's shape."""
     kernel = getattr(load_kernels(_KERNELS, False), f"selective_scan_{direction}")
-    if direction == "fwd":
-        configs = [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w,
-                                 maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
-                   for d, s, w in forward_configs(block_n)]
-    else:
-        configs = [triton.Config({"BLOCK_D": d}, num_warps=w,
-                                 maxnreg=min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * w) // 8 * 8))
-                   for d, w in selective_configs(direction, block_t, wide)]
     if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
         # One config, run untimed: tests on a GPU compile many small variants, each config a compile.
         configs = configs[:1]
     # The best block depends on how many programs there are (rows x channels) and how long each walks.
-    # Tuning runs a kernel several times: the buffers it updates in place are restored or zeroed.
-    key = ["tune_rows", "e", "n_state", "tune_length"]
-    if direction == "fwd":
-        return triton.autotune(configs, key=key, restore_value=["last_ptr"])(kernel)
-    return triton.autotune(configs, key=key, reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"],
-                           restore_value=["gh_ptr"])(kernel)
+    return triton.autotune(configs, key=["tune_rows", "e", "n_state", "tune_length"], **autotune)(kernel)
+
+
+def _max_registers(warps: int) -> int:
+    return min(SELECTIVE_MAX_REGISTERS, _REGISTER_FILE // (32 * warps) // 8 * 8)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_tuned(block_n: int):
+    """The selective forward for BLOCK_N states; tuning restores the initial state it reads and overwrites."""
+    return _tuned("fwd", [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w, maxnreg=_max_registers(w))
+                          for d, s, w in forward_configs(block_n)], restore_value=["last_ptr"])
+
+
+@functools.lru_cache(maxsize=None)
+def _backward_tuned(block_t: int, wide: bool):
+    """The selective backward for chunks of block_t steps; tuning zeroes or restores the buffers it adds into."""
+    return _tuned("bwd", [triton.Config({"BLOCK_D": d}, num_warps=w, maxnreg=_max_registers(w))
+                          for d, w in backward_configs(block_t, wide)],
+                  reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"], restore_value=["gh_ptr"])
 
 
 def _acc(dtype: torch.dtype):
@@ -285,7 +289,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
         block_d = max(d for d, _, _ in forward_configs(block_n))
     else:
         flags.update(BLOCK_T=block_t)
-        block_d = max(d for d, _ in selective_configs(direction, block_t, wide) + [(4, 1)])
+        block_d = max(d for d, _ in backward_configs(block_t, wide) + [(4, 1)])
     if interpret:
         kernel = getattr(kernels, f"selective_scan_{direction}")
         # A small fixed tile: the interpreter's cost is per element.
@@ -294,7 +298,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
             flags["STAGES"] = 1
         grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
     else:
-        kernel = _selective_tuned(direction, block_t, wide, block_n)
+        kernel = _forward_tuned(block_n) if direction == "fwd" else _backward_tuned(block_t, wide)
         grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
     steps = block_t + 1  # the backward reads Δ and resets one step past the chunk
     z_strides = z.stride() if z is not None else (0, 0, 0)

@@ -25,7 +25,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
                                             "linear_scan_bwd", "ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h",
                                             "selective_step_fwd", "conv1d_step_fwd", "conv1d_fwd", "conv1d_bwd")
                        for arch in (80, 90)}
-    from seqssm.ops.triton_scan import forward_configs, selective_configs
+    from seqssm.ops.triton_scan import backward_configs, forward_configs
 
     for r in results:  # every config its autotuner may pick was compiled
         if not r.launch.kernel_name.startswith("selective_scan"):
@@ -36,7 +36,7 @@ def test_every_launch_of_the_quick_tier_compiles_and_meets_the_rules(quick):
             assert tried == set(forward_configs(r.launch.kwargs["BLOCK_N"]))
         elif r.launch.kernel_name == "selective_scan_bwd":
             wide = r.launch.args[0].element_size() >= 4
-            assert tried == {(d, None, w) for d, w in selective_configs("bwd", r.launch.kwargs["BLOCK_T"], wide)}
+            assert tried == {(d, None, w) for d, w in backward_configs(r.launch.kwargs["BLOCK_T"], wide)}
     assert all(r.registers and r.shared is not None for r in results)
     ssd = {(r.launch.case.dtype, r.launch.kernel_name) for r in results if r.launch.case.op == "ssd"}
     assert ssd == {(d, k) for d in (torch.bfloat16, torch.float32) for k in ("ssd_fwd", "ssd_bwd_dh", "ssd_bwd_h")}
@@ -170,3 +170,20 @@ def test_the_cuda_benchmark_limit_is_the_slowest_of_exponentials_fmas_and_memory
     assert limit["hbm_ms"] < limit["exp_ms"] and limit["fma_ms"] < limit["exp_ms"]
     slow_memory = bench.selective_limit_ms(dict(batch=8, dim=1536, N=16, L=2048), 2, {**peaks, "memory_bytes_per_s": 1e11})
     assert slow_memory["limit_ms"] == slow_memory["hbm_ms"] > limit["limit_ms"]
+
+
+def test_the_benchmark_times_the_forward_alone_without_building_a_graph(bench):
+    """measure(backward=False) runs the call under no_grad (no gradient reaches the inputs) and still times it."""
+    x = torch.randn(64, requires_grad=True)
+    seen = []
+
+    def fn():
+        y = (x * 2).sum()
+        seen.append(y.requires_grad)
+        return y
+
+    row = bench.measure(fn, [x], repeats=3, device=torch.device("cpu"), backward=False)
+    assert len(row["times_ms"]) == 3 and row["median_ms"] >= 0
+    assert seen and not any(seen) and x.grad is None
+    bench.measure(fn, [x], repeats=1, device=torch.device("cpu"))
+    assert seen[-1] and x.grad is not None

@@ -11,7 +11,7 @@ import triton.language as tl  # noqa: E402
 
 from seqssm.ops import linear_scan, selective_scan  # noqa: E402
 from seqssm.ops import triton_scan  # noqa: E402
-from seqssm.ops.triton_scan import SELECTIVE_MAX_CHUNK, selective_configs  # noqa: E402
+from seqssm.ops.triton_scan import SELECTIVE_MAX_CHUNK, backward_configs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def _reverse_affine_scan(a_ptr, b_ptr, out_ptr, BLOCK_D: tl.constexpr, BLOCK_T: 
     tl.store(out_ptr + offs, g)
 
 
-@pytest.mark.parametrize("block_d,warps", selective_configs("bwd", SELECTIVE_MAX_CHUNK))
+@pytest.mark.parametrize("block_d,warps", backward_configs(SELECTIVE_MAX_CHUNK))
 def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
     """g_t = b_t + a_{t+1} g_{t+1}, the adjoint recurrence, as a loop in float64 (the combine is not
     commutative, so a scan in the wrong order or direction fails)."""
@@ -50,26 +50,31 @@ def test_reverse_scan_of_a_2d_tile_runs_backwards_in_time(block_d, warps):
 @pytest.mark.parametrize("tile", triton_scan._FORWARD_TILES)
 @pytest.mark.parametrize("n", [16, 64])
 def test_every_forward_tile_matches_the_torch_path(monkeypatch, tile, n):
-    """The forward under each (states per thread, stages, warps) the autotuner may pick, with state in and out,
-    resets and a channel count no block divides, in bf16 (the training dtype) against the torch path."""
+    """The forward under each ((channel, n) pairs per thread, stages, warps) the autotuner may pick, with state in
+    and out, resets, a channel count no block divides and the chunk starts it writes for the backward, against
+    the torch path: outputs and the gradients that pass through those starts."""
     monkeypatch.setattr(triton_scan, "_FORWARD_TILES", (tile,))
-    triton_scan._selective_tuned.cache_clear()
+    triton_scan._forward_tuned.cache_clear()
     torch.manual_seed(0)
     b, d, length = 3, 200, 2 * SELECTIVE_MAX_CHUNK + 7
-    bf = torch.bfloat16
-    args = (torch.randn(b, d, length, device="cuda", dtype=bf), torch.randn(b, d, length, device="cuda", dtype=bf) - 1,
-            -torch.rand(d, n, device="cuda") - 0.2, torch.randn(b, n, length, device="cuda", dtype=bf),
-            torch.randn(b, n, length, device="cuda", dtype=bf), torch.randn(d, device="cuda"),
-            torch.randn(b, d, length, device="cuda", dtype=bf), torch.randn(d, device="cuda") * 0.1)
-    kwargs = dict(delta_softplus=True, return_last_state=True, initial_state=torch.randn(b, d, n, device="cuda"),
+
+    def leaf(*shape, shift=0.0, scale=1.0):
+        return (torch.randn(*shape, device="cuda") * scale + shift).requires_grad_()
+
+    args = (leaf(b, d, length), leaf(b, d, length, shift=-1.0), (-torch.rand(d, n, device="cuda") - 0.2).requires_grad_(),
+            leaf(b, n, length), leaf(b, n, length), leaf(d), leaf(b, d, length), leaf(d, scale=0.1))
+    kwargs = dict(delta_softplus=True, return_last_state=True, initial_state=leaf(b, d, n),
                   resets=torch.rand(b, length, device="cuda") < 0.05)
+    results = {}
     try:
-        y, last = selective_scan(*args, **kwargs, backend="triton")
+        for backend in ("triton", "torch"):
+            y, last = selective_scan(*args, **kwargs, backend=backend)
+            grads = torch.autograd.grad(y.square().sum() + last.sum(), [args[0], args[2], kwargs["initial_state"]])
+            results[backend] = (y, last, *grads)
     finally:
-        triton_scan._selective_tuned.cache_clear()
-    y_ref, last_ref = selective_scan(*(x.float() for x in args), **kwargs, backend="torch")
-    torch.testing.assert_close(y.float(), y_ref, atol=3e-2, rtol=2e-2)
-    torch.testing.assert_close(last.float(), last_ref, atol=2e-2, rtol=2e-2)
+        triton_scan._forward_tuned.cache_clear()
+    for name, fast, ref in zip(("y", "last state", "grad u", "grad A", "grad h0"), results["triton"], results["torch"]):
+        torch.testing.assert_close(fast, ref, atol=2e-3, rtol=2e-3, msg=lambda m: f"{name}: {m}")
 
 
 def test_selective_gradients_match_the_torch_path_on_cuda():

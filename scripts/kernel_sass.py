@@ -1,0 +1,105 @@
+"""What one pass of each loop of the selective scan's Triton kernels costs, read off their SASS: no GPU needed.
+
+    python scripts/kernel_sass.py [--arch 90] [--case "bench S6 8x1536x2048 plain"] [--out runs/kernel_sass.json]
+
+The case's launches are captured as the compile check captures them (`seqssm.ops.triton_aot`, here from its
+benchmark tier), every autotune config is compiled for sm_ARCH by the triton installed, and the cubin is
+disassembled with the cuobjdump in triton's wheel. Each loop (a backward branch) is reported with its instructions,
+and among them the warp shuffles, special-function ops, global loads and stores and barriers; `per_element` divides
+the innermost loop's instructions by the elements of a tile each thread holds (the forward: (channel, n) pairs of
+one step; the backward: (channel, step) pairs of one state). These are static counts of issued instructions, not
+times: they say where a kernel spends its issue slots and shuffles, not how long it waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import tempfile
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)[^;]*;")
+_BRANCH = re.compile(r"BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
+
+
+def loops(sass: str) -> list[dict]:
+    """Each loop of a kernel's SASS (innermost first): its address range, instruction count and the counts of the
+    ops that matter for a scan."""
+    lines = [(int(m.group(1), 16), m.group(2), line) for line in sass.splitlines()
+             if (m := _INSTRUCTION.search(line))]
+    found = []
+    for address, _, line in lines:
+        branch = _BRANCH.search(line)
+        if branch and branch.group(1) and int(branch.group(1), 16) < address:
+            start = int(branch.group(1), 16)
+            ops = collections.Counter(op for a, op, _ in lines if start <= a <= address)
+            found.append({"range": f"{start:#x}-{address:#x}", "instructions": sum(ops.values()),
+                          **{k.lower(): ops[k] for k in ("SHFL", "MUFU", "LDG", "STG", "BAR")}})
+    return sorted(found, key=lambda loop: loop["instructions"])
+
+
+def _tile_elements(name: str, config: dict, kwargs: dict) -> float:
+    """Elements of one (channels x n) or (channels x steps) tile per thread."""
+    inner = kwargs["BLOCK_N"] if name == "selective_scan_fwd" and "BLOCK_N" in kwargs else kwargs["BLOCK_T"]
+    return config["BLOCK_D"] * inner / (32 * config["num_warps"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--case", default="bench S6 8x1536x2048 plain",
+                        help="a case of the compile check's benchmark tier (seqssm.ops.triton_aot.bench_cases)")
+    parser.add_argument("--out", default=None, help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+
+    import triton
+    from triton.runtime.driver import driver
+
+    from seqssm.ops import triton_aot
+
+    cases = {c.name: c for c in triton_aot.bench_cases()}
+    if args.case not in cases:
+        parser.error(f"no case {args.case!r}; the benchmark tier has: {', '.join(cases)}")
+    rows = []
+    previous = getattr(driver, "_active", None)
+    driver.set_active(triton_aot._TargetDriver(args.arch))
+    try:
+        for launch in triton_aot.capture(cases[args.case]):
+            if not launch.kernel_name.startswith("selective_scan"):
+                continue
+            for config in launch.configs():
+                with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()):
+                    kernel = launch.jit_function().warmup(*launch.args, grid=launch.grid,
+                                                          **{**launch.kwargs, **config})
+                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                    f.write(kernel.asm["cubin"])
+                    f.flush()
+                    sass = subprocess.run([triton_aot._triton_tool("cuobjdump"), "--dump-sass", f.name],
+                                          capture_output=True, text=True, check=True).stdout
+                found = loops(sass)
+                per_thread = _tile_elements(launch.kernel_name, config, launch.kwargs)
+                rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items()
+                                                                      if k in ("BLOCK_D", "STAGES", "num_warps")},
+                             "registers": triton_aot._resources(kernel.asm["cubin"])["registers"],
+                             "tile_elements_per_thread": per_thread, "loops": found,
+                             "per_element": round(found[0]["instructions"] / per_thread, 1) if found else None})
+                inner = found[0] if found else {}
+                print(f"{launch.kernel_name} {rows[-1]['config']}: {rows[-1]['registers']} registers, innermost loop "
+                      f"{inner.get('instructions')} instructions ({inner.get('shfl')} shuffles, {inner.get('mufu')} "
+                      f"special-function) for {per_thread:g} elements a thread: {rows[-1]['per_element']} each",
+                      flush=True)
+    finally:
+        driver._active = previous
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"arch": args.arch, "case": args.case, "triton": triton.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
