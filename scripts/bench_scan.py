@@ -6,8 +6,8 @@
 On CUDA (`--device cuda`, see `cuda_suite`) it runs in one process, synchronising around each timed
 run and reading peak memory from torch's allocator: S6 `selective_scan` at the size of the Ulbaek 2024 thesis models
 (batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16,
-batch 8 x L 2048 and batch 2 x L 8192; there also the forward alone, "selective_scan_forward"), with and without
-resets, for "triton" (and "triton@N" at other
+batch 8 x L 2048 and batch 2 x L 8192; there also the forward alone, "selective_scan_forward") and at an RL
+update's width (batch 8, d_inner 128, L 1024), with and without resets, for "triton" (and "triton@N" at other
 chunk lengths, --chunks), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
 `selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
 PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
@@ -266,7 +266,9 @@ def cuda_suite(args) -> dict:
     default_chunk = triton_scan.SELECTIVE_MAX_CHUNK
     s6_shapes = {f"thesis-{L}": dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)}
     s6_shapes.update({"mamba130m-2048": dict(batch=8, dim=1536, N=16, L=2048),
-                      "mamba130m-8192": dict(batch=2, dim=1536, N=16, L=8192)})
+                      "mamba130m-8192": dict(batch=2, dim=1536, N=16, L=8192),
+                      # an RL update's few channels: the fewest independent recurrences the forward gets
+                      "rl-8x128x1024": dict(batch=8, dim=128, N=16, L=1024)})
     for name, shape in s6_shapes.items():
         b, d, n, L = shape["batch"], shape["dim"], shape["N"], shape["L"]
         torch.manual_seed(0)

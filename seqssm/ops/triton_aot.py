@@ -251,12 +251,12 @@ def cases(tier: str = "quick") -> list[Case]:
 
 def bench_cases() -> list[Case]:
     """The Triton calls of the CUDA benchmarks (scripts/bench_scan.py, scripts/bench_models.py), compiled into a
-    cache ahead of a short GPU session: bfloat16 S6 at the thesis's and mamba-130m's widths with and without
-    resets, the Mamba block's scan and conv in its layout (bench_models.py), the conv as bench_scan.py calls it,
+    cache ahead of a short GPU session: bfloat16 S6 at the thesis's, mamba-130m's and an RL update's widths with
+    and without resets, the Mamba block's scan and conv in its layout (bench_models.py), the conv as bench_scan.py calls it,
     and the S5 PPO update."""
     out = []
     shapes = [dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)]
-    shapes += [MAMBA_130M, dict(batch=2, dim=1536, N=16, L=8192)]
+    shapes += [MAMBA_130M, dict(batch=2, dim=1536, N=16, L=8192), dict(batch=8, dim=128, N=16, L=1024)]
     for shape in shapes:
         for flags in (frozenset(), frozenset({"resets"})):
             out.append(Case(f"bench S6 {shape['batch']}x{shape['dim']}x{shape['L']} {'+'.join(flags) or 'plain'}",

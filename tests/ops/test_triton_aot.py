@@ -187,3 +187,29 @@ def test_the_benchmark_times_the_forward_alone_without_building_a_graph(bench):
     assert seen and not any(seen) and x.grad is None
     bench.measure(fn, [x], repeats=1, device=torch.device("cpu"))
     assert seen[-1] and x.grad is not None
+
+
+def test_kernel_sass_finds_each_loop_and_counts_its_ops():
+    """scripts/kernel_sass.py's reading of a disassembly: a backward branch closes a loop, innermost first, and the
+    ops inside it are counted (predicated ones too); a forward branch is no loop."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "scripts" / "kernel_sass.py"
+    spec = importlib.util.spec_from_file_location("kernel_sass", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sass = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   FFMA R2, R3, R4, R5 ;
+        /*0020*/                   SHFL.BFLY PT, R6, R2, 0x10, 0x1f ;
+        /*0030*/               @P0 MUFU.EX2 R7, R6 ;
+        /*0040*/              @!P1 BRA 0x0010 ;
+        /*0050*/                   LDG.E R8, desc[UR4][R10.64] ;
+        /*0060*/               @P2 BRA 0x0080 ;
+        /*0070*/                   STG.E desc[UR4][R10.64], R8 ;
+        /*0080*/                   BRA 0x0000 ;
+    """
+    inner, outer = module.loops(sass)
+    assert inner == {"range": "0x10-0x40", "instructions": 4, "shfl": 1, "mufu": 1, "ldg": 0, "stg": 0, "bar": 0}
+    assert outer["range"] == "0x0-0x80" and outer["instructions"] == 9 and outer["ldg"] == outer["stg"] == 1
