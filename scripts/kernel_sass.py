@@ -43,9 +43,9 @@ def loops(sass: str) -> list[dict]:
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
-def _tile_elements(name: str, config: dict, kwargs: dict) -> float:
-    """Elements of one (channels x n) or (channels x steps) tile per thread."""
-    inner = kwargs["BLOCK_N"] if name == "selective_scan_fwd" and "BLOCK_N" in kwargs else kwargs["BLOCK_T"]
+def _tile_elements(config: dict, kwargs: dict) -> float:
+    """Elements of one (channels x n) tile (the forward's) or (channels x steps) tile (the backward's) per thread."""
+    inner = kwargs["BLOCK_N"] if "BLOCK_N" in kwargs else kwargs["BLOCK_T"]
     return config["BLOCK_D"] * inner / (32 * config["num_warps"])
 
 
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
                     sass = subprocess.run([triton_aot._triton_tool("cuobjdump"), "--dump-sass", f.name],
                                           capture_output=True, text=True, check=True).stdout
                 found = loops(sass)
-                per_thread = _tile_elements(launch.kernel_name, config, launch.kwargs)
+                per_thread = _tile_elements(config, launch.kwargs)
                 rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items()
                                                                       if k in ("BLOCK_D", "STAGES", "num_warps")},
                              "registers": triton_aot._resources(kernel.asm["cubin"])["registers"],

@@ -423,8 +423,10 @@ def selective_scan_fwd(
         B = tl.load(B_ptr + d[:, None] * s_Bd + n * s_Bn, mask=mask_dn, other=0.0).to(ACC)
     if not C_VARIABLE:
         C = tl.load(C_ptr + d[:, None] * s_Cd + n * s_Cn, mask=mask_dn, other=0.0).to(ACC)
-    # This program's (channel, n) in a (batch, dim, N) tensor.
-    state_off = (pid_b * dim + d0) * n_state + offs_d[:, None] * n_state + n
+    # This program's (channel, n) in a (batch, dim, N) tensor, and in its row of chunk starts.
+    chan_state = offs_d[:, None] * n_state + n
+    state_off = (pid_b * dim + d0) * n_state + chan_state
+    starts_row = starts_ptr + pid_b * ((length + CHUNK - 1) // CHUNK) * dim * n_state + d0 * n_state + chan_state
     h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if HAS_H0:
         h = tl.load(last_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
@@ -438,8 +440,7 @@ def selective_scan_fwd(
         t64 = tl.cast(t, tl.int64)
         if STORE_STARTS:
             if t % CHUNK == 0:
-                tl.store(starts_ptr + ((pid_b * ((length + CHUNK - 1) // CHUNK) + t // CHUNK) * dim + d0) * n_state
-                         + offs_d[:, None] * n_state + n, h, mask=mask_dn)
+                tl.store(starts_row + tl.cast(t // CHUNK, tl.int64) * dim * n_state, h, mask=mask_dn)
         u = tl.load(u_row + t64 * s_ut, mask=mask_d, other=0.0).to(ACC)
         dt = tl.load(dt_row + t64 * s_dt, mask=mask_d, other=0.0).to(ACC)
         if HAS_BIAS:
