@@ -1,13 +1,13 @@
-"""What one pass of each loop of the selective scan's Triton kernels costs, read off their SASS: no GPU needed.
+"""What one pass of each loop of the scans' Triton kernels costs, read off their SASS: no GPU needed.
 
     python scripts/kernel_sass.py [--arch 90] [--case "bench S6 8x1536x2048 plain"] [--out runs/kernel_sass.json]
 
-The case's launches are captured as the compile check captures them (`seqssm.ops.triton_aot`, here from its
+The case's launches are captured as the compile check captures them (`seqssm.ops.triton_aot`, from its full or
 benchmark tier), every autotune config is compiled for sm_ARCH by the triton installed, and the cubin is
 disassembled with the cuobjdump in triton's wheel. Each loop (a backward branch) is reported with its instructions,
 and among them the warp shuffles, special-function ops, global loads and stores and barriers; `per_element` divides
 the innermost loop's instructions by the elements of a tile each thread holds (the forward: (channel, n) pairs of
-one step; the backward: (channel, step) pairs of one state). These are static counts of issued instructions, not
+one step; the backward: (channel, step) pairs of one state; the linear scan's: (step, feature) pairs). These are static counts of issued instructions, not
 times: they say where a kernel spends its issue slots and shuffles, not how long it waits.
 """
 
@@ -44,16 +44,20 @@ def loops(sass: str) -> list[dict]:
 
 
 def _tile_elements(config: dict, kwargs: dict) -> float:
-    """Elements of one (channels x n) tile (the forward's) or (channels x steps) tile (the backward's) per thread."""
-    inner = kwargs["BLOCK_N"] if "BLOCK_N" in kwargs else kwargs["BLOCK_T"]
-    return config["BLOCK_D"] * inner / (32 * config["num_warps"])
+    """Elements per thread of one tile: (channels x n), the selective forward's; (channels x steps), the selective
+    backward's; (steps x features), the linear scan's."""
+    sizes = {**kwargs, **config}
+    if "BLOCK_F" in sizes:
+        return sizes["BLOCK_T"] * sizes["BLOCK_F"] / (32 * sizes.get("num_warps", 4))
+    inner = sizes["BLOCK_N"] if "BLOCK_N" in sizes else sizes["BLOCK_T"]
+    return sizes["BLOCK_D"] * inner / (32 * sizes["num_warps"])
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--case", default="bench S6 8x1536x2048 plain",
-                        help="a case of the compile check's benchmark tier (seqssm.ops.triton_aot.bench_cases)")
+                        help="a case of the compile check's full or benchmark tier (seqssm.ops.triton_aot.cases)")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
 
@@ -62,15 +66,15 @@ def main(argv=None) -> int:
 
     from seqssm.ops import triton_aot
 
-    cases = {c.name: c for c in triton_aot.bench_cases()}
+    cases = {c.name: c for c in triton_aot.cases("full") + triton_aot.bench_cases()}
     if args.case not in cases:
-        parser.error(f"no case {args.case!r}; the benchmark tier has: {', '.join(cases)}")
+        parser.error(f"no case {args.case!r}; the compile check's full and benchmark tiers have: {', '.join(cases)}")
     rows = []
     previous = getattr(driver, "_active", None)
     driver.set_active(triton_aot._TargetDriver(args.arch))
     try:
         for launch in triton_aot.capture(cases[args.case]):
-            if not launch.kernel_name.startswith("selective_scan"):
+            if not launch.kernel_name.startswith(("selective_scan", "linear_scan")):
                 continue
             for config in launch.configs():
                 with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()):
@@ -83,8 +87,8 @@ def main(argv=None) -> int:
                                           capture_output=True, text=True, check=True).stdout
                 found = loops(sass)
                 per_thread = _tile_elements(config, launch.kwargs)
-                rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items()
-                                                                      if k in ("BLOCK_D", "STAGES", "num_warps")},
+                tile = ("BLOCK_D", "BLOCK_F", "BLOCK_T", "STAGES", "num_warps")
+                rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items() if k in tile},
                              "registers": triton_aot._resources(kernel.asm["cubin"])["registers"],
                              "tile_elements_per_thread": per_thread, "loops": found,
                              "per_element": round(found[0]["instructions"] / per_thread, 1) if found else None})

@@ -13,8 +13,9 @@ with the ptxas inside the triton wheel. Registers, stack and shared memory are r
 
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
-and no spills in every config; at N = 64 at least one config without spills; the SSD scan's kernels, the
-decoding step's two (`seqssm.ops.triton_step`) and the causal conv's (`seqssm.ops.triton_conv`) no spills).
+and no spills in every config; at N = 64 at least one config without spills; the linear scan's kernels below
+float64 (complex64 included) no spills in every config; the SSD scan's kernels, the decoding step's two
+(`seqssm.ops.triton_step`) and the causal conv's (`seqssm.ops.triton_conv`) no spills).
 
 Tested with triton 3.6 to 3.9 (`JITFunction.warmup`, `Autotuner.configs`, `triton.knobs`,
 `triton.runtime.driver.set_active`); other releases may move these.
@@ -380,6 +381,8 @@ class Result:
 
     def config_name(self) -> str:
         c, k = self.config, self.launch.kwargs
+        if "BLOCK_F" in c:
+            return f"BLOCK_F={c['BLOCK_F']} BLOCK_T={c['BLOCK_T']} STAGES={c['STAGES']} warps={c['num_warps']}"
         if "STAGES" in c:
             return f"BLOCK_D={c['BLOCK_D']} STAGES={c['STAGES']} warps={c['num_warps']}"
         if "BLOCK_D" in c:
@@ -507,6 +510,12 @@ def check(results: list[Result]) -> list[str]:
             problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
                             f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
                             f"(the SSD kernels, the decoding step and the causal conv: no spills)")
+    for r in results:
+        if (r.launch.kernel_name.startswith("linear_scan") and not r.error and r.spills()
+                and r.launch.case.dtype not in (torch.float64, torch.complex128)):
+            problems.append(f"sm_{r.arch} {r.launch.kernel_name} {r.config_name()} ({r.launch.cases_name()}): "
+                            f"{r.registers} registers, {r.stack} bytes stack, {r.spill_stores} bytes spill stores "
+                            f"(the linear scan below float64: no spills)")
     wide: dict[tuple, list[Result]] = {}
     for r in strict:
         if max(c.sizes["N"] for c in r.launch.cases()) > 16:

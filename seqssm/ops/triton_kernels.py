@@ -92,15 +92,25 @@ def _softplus(x, FAST: tl.constexpr):
 
 # ----------------------------------------------------------------------------------- linear scan
 # a, b, h are (batch, L, F) with strides in real elements; complex tensors come as their real views,
-# the imaginary part one element after the real one. Grid: batch x feature blocks, flattened.
+# the imaginary part one element after the real one. Grid: batch x feature blocks of BLOCK_F, flattened.
+#
+# Each program walks its features' whole sequence, BLOCK_T steps at a time, in one warp (the autotuner's configs).
+# Its tiles are (features, steps). Where neither axis is known to be contiguous (a complex tensor's features are
+# 8 bytes apart, its steps a runtime stride apart), Triton puts the lanes along the tile's first axis, so each
+# thread holds all BLOCK_T steps of its feature (a lane spans BLOCK_F / 32 of them, and a feature's steps split over
+# 32 / BLOCK_F lanes where BLOCK_F is narrower than the warp); contiguous features keep the lanes there too. A
+# tile's scan then runs sequentially in registers with at most two shuffle levels, and no shared memory or barrier;
+# the loads of the next tiles are issued STAGES - 1 tiles ahead. With few rows (an RL update: 8 x 128 features),
+# the narrow blocks give more programs.
 
 
 @triton.jit
-def _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
+def _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr):
-    # This program's batch row (int64), features (BLOCK_F,) and their mask, chunk rows (BLOCK_T, 1), and
+    # This program's batch row (int64), features (BLOCK_F,) and their mask, a tile's steps (1, BLOCK_T), and
     # h0 (real, imaginary part) of its features, zeros where absent.
     pid = tl.program_id(0)
+    n_fblocks = (feat + BLOCK_F - 1) // BLOCK_F
     pid_b = (pid // n_fblocks).to(tl.int64)
     offs_f = (pid % n_fblocks) * BLOCK_F + tl.arange(0, BLOCK_F)
     mask_f = offs_f < feat
@@ -110,115 +120,177 @@ def _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX: tl.constexpr, HA
         h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
             h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
-    return pid_b, offs_f, mask_f, tl.arange(0, BLOCK_T)[:, None], h0_r, h0_i
+    return pid_b, offs_f, mask_f, tl.arange(0, BLOCK_T)[None, :], h0_r, h0_i
+
+
+@triton.jit
+def _tile_mask(mask_f, t, length, MASKED: tl.constexpr):
+    # (features, steps) mask of a tile whose steps are t: the features' alone in a tile wholly inside the sequence.
+    if MASKED:
+        return mask_f[:, None] & (t < length)
+    else:
+        return tl.broadcast_to(mask_f[:, None], (mask_f.shape[0], t.shape[1]))
+
+
+@triton.jit
+def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b, tile_h, start, length,
+                     carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
+                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, MASKED: tl.constexpr,
+                     BLOCK_T: tl.constexpr, ACC: tl.constexpr):
+    # One tile of steps start.. (MASKED: it may pass the end) from the carried state -> the state after it. tile_*:
+    # the 32-bit offsets of a tile's elements from its first step, the same for every tile.
+    t0 = tl.cast(start, tl.int64)
+    mask = _tile_mask(mask_f, start + steps, length, MASKED)
+    a_off = a_ptr + (pid_b * s_ab + t0 * s_at) + tile_a
+    b_off = b_ptr + (pid_b * s_bb + t0 * s_bt) + tile_b
+    h_off = h_ptr + (pid_b * s_hb + t0 * s_ht) + tile_h
+    # Steps past the end are (a, b) = (1, 0): they keep the last state in the tile's last step.
+    ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
+    br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
+    if HAS_RESETS:
+        reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + steps * s_rt, mask=start + steps < length,
+                        other=0) != 0
+        ar = tl.where(reset, 0.0, ar)
+    if COMPLEX:
+        ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
+        bi = tl.load(b_off + 1, mask=mask, other=0.0).to(ACC)
+        if HAS_RESETS:
+            ai = tl.where(reset, 0.0, ai)
+        ar, ai, br, bi = tl.associative_scan((ar, ai, br, bi), axis=1, combine_fn=_affine_complex)
+        hr = ar * carry_r[:, None] - ai * carry_i[:, None] + br
+        hi = ar * carry_i[:, None] + ai * carry_r[:, None] + bi
+        tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
+        tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
+        carry_i = _row(hi, steps, BLOCK_T - 1, 1)
+    else:
+        ar, br = tl.associative_scan((ar, br), axis=1, combine_fn=_affine)
+        hr = ar * carry_r[:, None] + br
+        tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
+    return _row(hr, steps, BLOCK_T - 1, 1), carry_i
 
 
 @triton.jit
 def linear_scan_fwd(
     a_ptr, b_ptr, resets_ptr, h0_ptr, h_ptr,
-    length, feat, n_fblocks,
+    length, feat, tune_rows, tune_length,
     s_ab, s_at, s_af, s_bb, s_bt, s_bf, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr,
 ):
-    pid_b, offs_f, mask_f, rows, carry_r, carry_i = _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX,
-                                                                  HAS_H0, BLOCK_T, BLOCK_F, ACC)
-    for start in range(0, length, BLOCK_T):
-        t0 = tl.cast(start, tl.int64)
-        mask = (start + rows < length) & mask_f[None, :]
-        a_off = a_ptr + pid_b * s_ab + t0 * s_at + rows * s_at + offs_f[None, :] * s_af
-        b_off = b_ptr + pid_b * s_bb + t0 * s_bt + rows * s_bt + offs_f[None, :] * s_bf
-        h_off = h_ptr + pid_b * s_hb + t0 * s_ht + rows * s_ht + offs_f[None, :] * s_hf
-        # Steps past the end are (a, b) = (1, 0): they keep the last state in the chunk's last row.
-        ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
-        br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
+    pid_b, offs_f, mask_f, steps, carry_r, carry_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX,
+                                                                   HAS_H0, BLOCK_T, BLOCK_F, ACC)
+    tile_a = offs_f[:, None] * s_af + steps * s_at
+    tile_b = offs_f[:, None] * s_bf + steps * s_bt
+    tile_h = offs_f[:, None] * s_hf + steps * s_ht
+    # The tiles wholly inside the sequence without a time mask, then the one that passes its end.
+    full = length // BLOCK_T * BLOCK_T
+    for start in tl.range(0, full, BLOCK_T, num_stages=STAGES):
+        carry_r, carry_i = _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b,
+                                            tile_h, start, length, carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb,
+                                            s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, False, BLOCK_T, ACC)
+    if full < length:
+        _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b, tile_h, full, length,
+                         carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
+                         COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
+
+
+@triton.jit
+def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, start,
+                     length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, MASKED: tl.constexpr,
+                     BLOCK_T: tl.constexpr, ACC: tl.constexpr):
+    # One tile of steps start.. (MASKED: it holds t = 0, where h_{t-1} is h0, or passes the end), its columns `back`
+    # running backwards in time, from g at the step after it -> g at its first step.
+    t0 = tl.cast(start, tl.int64)
+    t = start + back
+    mask = _tile_mask(mask_f, t, length, MASKED)
+    a1_off = a_ptr + (pid_b * s_ab + t0 * s_at + s_at) + tile_a
+    h_off = (pid_b * s_hb + t0 * s_ht) + tile_h
+    hp_off = h_ptr + (pid_b * s_hb + t0 * s_ht - s_ht) + tile_h
+    # conj(a_{t+1}); 0 past the end, where no later state feeds back.
+    if MASKED:
+        nxt = mask_f[:, None] & (t + 1 < length)
+        has_prev = mask & (t >= 1)
+    else:
+        nxt = mask
+        has_prev = mask
+    ar = tl.load(a1_off, mask=nxt, other=0.0).to(ACC)
+    gr = tl.load(gh_ptr + h_off, mask=mask, other=0.0).to(ACC)
+    hpr = tl.load(hp_off, mask=has_prev, other=0.0).to(ACC)
+    if MASKED:
+        hpr = tl.where(t == 0, h0_r[:, None], hpr)
+    if HAS_RESETS:
+        r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + back * s_rt
+        reset_next = tl.load(r_off + s_rt, mask=t + 1 < length, other=0) != 0
+        ar = tl.where(reset_next, 0.0, ar)
+        reset = tl.load(r_off, mask=t < length, other=0) != 0
+    if COMPLEX:
+        ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
+        gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
+        hpi = tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC)
+        if MASKED:
+            hpi = tl.where(t == 0, h0_i[:, None], hpi)
         if HAS_RESETS:
-            reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + rows * s_rt, mask=start + rows < length,
-                            other=0) != 0
-            ar = tl.where(reset, 0.0, ar)
-        if COMPLEX:
-            ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
-            bi = tl.load(b_off + 1, mask=mask, other=0.0).to(ACC)
-            if HAS_RESETS:
-                ai = tl.where(reset, 0.0, ai)
-            ar, ai, br, bi = tl.associative_scan((ar, ai, br, bi), axis=0, combine_fn=_affine_complex)
-            hr = ar * carry_r[None, :] - ai * carry_i[None, :] + br
-            hi = ar * carry_i[None, :] + ai * carry_r[None, :] + bi
-            tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
-            tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
-            carry_r = _row(hr, rows, BLOCK_T - 1, 0)
-            carry_i = _row(hi, rows, BLOCK_T - 1, 0)
-        else:
-            ar, br = tl.associative_scan((ar, br), axis=0, combine_fn=_affine)
-            hr = ar * carry_r[None, :] + br
-            tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
-            carry_r = _row(hr, rows, BLOCK_T - 1, 0)
+            ai = tl.where(reset_next, 0.0, ai)
+        pr, pi, gr, gi = tl.associative_scan((ar, ai, gr, gi), axis=1, combine_fn=_affine_complex)
+        gr, gi = gr + pr * carry_r[:, None] - pi * carry_i[:, None], gi + pr * carry_i[:, None] + pi * carry_r[:, None]
+        # g conj(h_{t-1})
+        gar = gr * hpr + gi * hpi
+        gai = gi * hpr - gr * hpi
+        if HAS_RESETS:
+            gar = tl.where(reset, 0.0, gar)
+            gai = tl.where(reset, 0.0, gai)
+        tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
+        tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
+        carry_i = _row(gi, back, 0, 1)
+    else:
+        pr, gr = tl.associative_scan((ar, gr), axis=1, combine_fn=_affine)
+        gr = gr + pr * carry_r[:, None]
+        gar = gr * hpr
+        if HAS_RESETS:
+            gar = tl.where(reset, 0.0, gar)
+    tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
+    tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
+    return _row(gr, back, 0, 1), carry_i
 
 
 @triton.jit
 def linear_scan_bwd(
     a_ptr, resets_ptr, h0_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr,
-    length, feat, n_fblocks,
+    length, feat, tune_rows, tune_length,
     s_ab, s_at, s_af, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr,
 ):
-    """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a reverse scan of a 2-D (time, feature) tile; grad
+    """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a scan of 2-D (feature, time) tiles from the end; grad
     a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, ga, gb share h's
     strides."""
-    pid_b, offs_f, mask_f, rows, h0_r, h0_i = _linear_block(h0_ptr, feat, n_fblocks, s_0b, s_0f, COMPLEX, HAS_H0,
-                                                            BLOCK_T, BLOCK_F, ACC)
-    # g at the first step of the chunk after the current one.
+    pid_b, offs_f, mask_f, steps, h0_r, h0_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX, HAS_H0,
+                                                             BLOCK_T, BLOCK_F, ACC)
+    # A tile's columns run backwards in time, so that a forward scan along them is the reverse scan: Triton
+    # compiles `reverse=True` as a forward scan between reversals of its operands and results, 5 shuffles per
+    # register each (sm_90 SASS, scripts/kernel_sass.py).
+    back = BLOCK_T - 1 - steps
+    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
+    # g at the first step of the tile after the current one.
     carry_r = tl.full([BLOCK_F], 0.0, ACC)
     carry_i = tl.full([BLOCK_F], 0.0, ACC)
-    n_chunks = (length + BLOCK_T - 1) // BLOCK_T
-    for i in range(n_chunks):
-        start = (n_chunks - 1 - i) * BLOCK_T
-        t0 = tl.cast(start, tl.int64)
-        t = start + rows
-        valid = t < length
-        mask = valid & mask_f[None, :]
-        nxt = (t + 1 < length) & mask_f[None, :]
-        a1_off = a_ptr + pid_b * s_ab + t0 * s_at + (rows + 1) * s_at + offs_f[None, :] * s_af
-        h_off = pid_b * s_hb + t0 * s_ht + rows * s_ht + offs_f[None, :] * s_hf
-        hp_off = h_ptr + h_off - s_ht
-        first = t == 0
-        has_prev = (t >= 1) & valid & mask_f[None, :]
-        # conj(a_{t+1}); 0 past the end, where no later state feeds back.
-        ar = tl.load(a1_off, mask=nxt, other=0.0).to(ACC)
-        gr = tl.load(gh_ptr + h_off, mask=mask, other=0.0).to(ACC)
-        if HAS_RESETS:
-            r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + rows * s_rt
-            reset_next = tl.load(r_off + s_rt, mask=t + 1 < length, other=0) != 0
-            ar = tl.where(reset_next, 0.0, ar)
-            reset = tl.load(r_off, mask=valid, other=0) != 0
-        hpr = tl.where(first, h0_r[None, :], tl.load(hp_off, mask=has_prev, other=0.0).to(ACC))
-        if COMPLEX:
-            ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
-            gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
-            if HAS_RESETS:
-                ai = tl.where(reset_next, 0.0, ai)
-            pr, pi, gr, gi = tl.associative_scan((ar, ai, gr, gi), axis=0, combine_fn=_affine_complex, reverse=True)
-            gr, gi = gr + pr * carry_r[None, :] - pi * carry_i[None, :], gi + pr * carry_i[None, :] + pi * carry_r[None, :]
-            hpi = tl.where(first, h0_i[None, :], tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC))
-            # g conj(h_{t-1})
-            gar = gr * hpr + gi * hpi
-            gai = gi * hpr - gr * hpi
-            if HAS_RESETS:
-                gar = tl.where(reset, 0.0, gar)
-                gai = tl.where(reset, 0.0, gai)
-            tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
-            tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
-            carry_i = _row(gi, rows, 0, 0)
-        else:
-            pr, gr = tl.associative_scan((ar, gr), axis=0, combine_fn=_affine, reverse=True)
-            gr = gr + pr * carry_r[None, :]
-            gar = gr * hpr
-            if HAS_RESETS:
-                gar = tl.where(reset, 0.0, gar)
-        tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-        tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
-        carry_r = _row(gr, rows, 0, 0)
+    # The last tile (it may pass the end), the tiles between without a time mask, then the first (h_{-1}).
+    last = (n_chunks - 1) * BLOCK_T
+    tile_a = offs_f[:, None] * s_af + back * s_at
+    tile_h = offs_f[:, None] * s_hf + back * s_ht
+    carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a,
+                                        tile_h, last, length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt,
+                                        s_hb, s_ht, COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
+    for i in tl.range(2, n_chunks, num_stages=STAGES):
+        carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back,
+                                            tile_a, tile_h, (n_chunks - i) * BLOCK_T, length, carry_r, carry_i, h0_r,
+                                            h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, False,
+                                            BLOCK_T, ACC)
+    if n_chunks > 1:
+        carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back,
+                                            tile_a, tile_h, 0, length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb,
+                                            s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
     if HAS_H0:
         # grad h0 = g_0 conj(a_0), a_0 zeroed by a reset at t = 0.
         a0r = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)

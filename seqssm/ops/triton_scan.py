@@ -24,11 +24,21 @@ from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 from seqssm.ops.selective import _groups
 
-# Time steps per chunk of the linear scan. Scans inside a chunk are log-depth along the time axis of
-# (time, feature) tiles.
-LINEAR_CHUNK = 32
-# Feature block of the linear scan: 32 float32 features are one 128-byte row of a (batch, L, F) tensor.
-_LINEAR_BLOCK_F = 32
+# (BLOCK_F, BLOCK_T, STAGES) of the linear scan's one-warp tiles that the autotuner tries, by direction and for
+# complex or real inputs. A complex tile's features are 8 bytes apart, one per lane, so BLOCK_F 32 holds each
+# feature's steps in one thread and the narrower blocks split them over 2 or 4 lanes (more programs where there
+# are few rows); a real tile's contiguous features load as vectors (4 float32), so BLOCK_F 128 is one warp's row.
+# The backward keeps about twice the forward's tiles live, with a 64-bit address per element for each of the five
+# tensors it reads and writes: at 16 complex elements a thread it spilled (sm_80 and sm_90), and at 8 over 4 lanes
+# (BLOCK_F 8) under triton 3.9, so it takes 8 over one lane or 2, or 4 over 4.
+_LINEAR_TILES = {
+    ("fwd", True): ((32, 16, 3), (16, 16, 3), (8, 32, 3)),
+    ("bwd", True): ((32, 8, 3), (16, 16, 3), (8, 16, 3)),
+    ("fwd", False): ((128, 8, 3), (64, 16, 3), (32, 32, 3)),
+    ("bwd", False): ((128, 4, 3), (64, 8, 3), (32, 16, 3)),
+}
+# The longest tile of any config: a tile's 32-bit offsets must reach one step past it.
+LINEAR_MAX_STEPS = max(t for tiles in _LINEAR_TILES.values() for _, t, _ in tiles)
 # The selective backward walks time in chunks of a power of two steps, as long as the sequence, between these
 # bounds; the chunk's start states, which the forward writes, are what it keeps, float32 (batch, dim, N) each.
 # Measured on an H200 (mamba-130m widths, bf16, forward + backward, autotuned tiles, when the forward was a
@@ -136,6 +146,18 @@ def _empty(like: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------- linear scan
 
 
+@functools.lru_cache(maxsize=None)
+def _linear_tuned(direction: str, complex_: bool):
+    """The compiled linear kernel of `direction` under an autotuner over the tiles for complex or real inputs,
+    keyed by the launch's shape (it writes every element of its outputs, so tuning needs no restore)."""
+    kernel = getattr(load_kernels(_KERNELS, False), f"linear_scan_{direction}")
+    configs = [triton.Config({"BLOCK_F": f, "BLOCK_T": t, "STAGES": s}, num_warps=1)
+               for f, t, s in _LINEAR_TILES[direction, complex_]]
+    if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
+        configs = configs[:1]
+    return triton.autotune(configs, key=["feat", "tune_rows", "tune_length"])(kernel)
+
+
 def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
     kernels, interpret = kernels_for(_KERNELS, b.device)
     batch, length, feat = b.shape
@@ -143,30 +165,36 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
     h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
     r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
-    block_f = min(_LINEAR_BLOCK_F, triton.next_power_of_2(feat))
-    n_fblocks = triton.cdiv(feat, block_f)
-    grid = (batch * n_fblocks,)
     _check_tile_offsets("linear_scan", **{
-        name: (LINEAR_CHUNK + 1) * abs(x.stride(1)) + feat * abs(x.stride(2)) + 1
+        name: (LINEAR_MAX_STEPS + 1) * abs(x.stride(1)) + feat * abs(x.stride(2)) + 1
         for name, x in (("a", a_r), ("b", _real(b)), ("h", h_r))
     })
-    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None,
-                 BLOCK_T=LINEAR_CHUNK, BLOCK_F=block_f, ACC=_acc(b.dtype))
+    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype))
+    if interpret:
+        kernel = getattr(kernels, f"linear_scan_{direction}")
+        # The first tile the autotuner tries (its loads ahead mean nothing here).
+        block_f, block_t, _ = _LINEAR_TILES[direction, complex_][0]
+        flags.update(BLOCK_F=block_f, BLOCK_T=block_t, STAGES=1)
+        grid = (batch * triton.cdiv(feat, flags["BLOCK_F"]),)
+    else:
+        kernel = _linear_tuned(direction, complex_)
+        grid = lambda meta: (batch * triton.cdiv(feat, meta["BLOCK_F"]),)  # noqa: E731
+    # tune_rows and tune_length key the autotuner: the batch, and L to the next power of two.
+    sizes = (length, feat, batch, triton.next_power_of_2(length))
     # An input stands for absent optional tensors (never read; an output there could be overwritten by the
     # interpreter's copy-back of the unused alias).
     dummy = a_r
     if direction == "fwd":
         b_r = _real(b)
-        launch(kernels.linear_scan_fwd, grid,
-                a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
-                length, feat, n_fblocks, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3],
-                *h0_strides, **flags)
+        launch(kernel, grid,
+               a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
+               *sizes, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
     else:
         gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
-        launch(kernels.linear_scan_bwd, grid,
-                a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
-                gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
-                length, feat, n_fblocks, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
+        launch(kernel, grid,
+               a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
+               gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
+               *sizes, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
 
 
 def linear_forward(a, b, h0, resets):

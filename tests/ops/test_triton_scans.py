@@ -8,7 +8,8 @@ import torch
 from seqssm.ops import linear_scan, selective_scan
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-from seqssm.ops.triton_scan import LINEAR_CHUNK, SELECTIVE_MAX_CHUNK  # noqa: E402
+from seqssm.ops import triton_scan  # noqa: E402
+from seqssm.ops.triton_scan import LINEAR_MAX_STEPS, SELECTIVE_MAX_CHUNK  # noqa: E402
 from .helpers import assert_one_graph_as_eager  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-10, rtol=1e-9), torch.float32: dict(atol=2e-4, rtol=2e-4),
@@ -41,10 +42,10 @@ def _check(fast, ref, leaves, dtype):
 LINEAR_CASES = [  # (dtype, L, broadcast a, initial state, resets)
     (torch.float64, 1, False, True, True),
     (torch.float64, 17, False, False, False),
-    (torch.float64, LINEAR_CHUNK + 1, True, True, True),
+    (torch.float64, LINEAR_MAX_STEPS + 1, True, True, True),
     (torch.complex128, 17, False, True, True),
-    (torch.complex128, LINEAR_CHUNK + 1, True, True, True),
-    (torch.float16, LINEAR_CHUNK + 1, False, True, True),
+    (torch.complex128, LINEAR_MAX_STEPS + 1, True, True, True),
+    (torch.float16, LINEAR_MAX_STEPS + 1, False, True, True),
 ]
 
 
@@ -57,13 +58,45 @@ def test_linear_scan_triton_matches_reference(device, dtype, length, broadcast, 
     a = a.to(device, dtype).requires_grad_()
     b = torch.randn(batch, length, feat, dtype=dtype, device=device, requires_grad=True)
     h0 = torch.randn(batch, feat, dtype=dtype, device=device, requires_grad=True) if with_state else None
-    resets = _resets(batch, length, LINEAR_CHUNK, device) if with_resets else None
+    resets = _resets(batch, length, LINEAR_MAX_STEPS, device) if with_resets else None
     fast = linear_scan(a, b, h0, resets, backend="triton")
     if dtype == torch.float16:  # the reference in float32 on the same half inputs: Triton accumulates in float32
         ref = linear_scan(a.float(), b.float(), h0.float(), resets, backend="reference").half()
     else:
         ref = linear_scan(a, b, h0, resets, backend="reference")
     _check(fast, ref, [a, b, h0], torch.float64 if dtype == torch.complex128 else dtype)
+
+
+@pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("index", range(3))
+def test_every_linear_tile_matches_the_reference(device, monkeypatch, index, complex_):
+    """The kernels under each tile the autotuner may pick (on CPU the interpreter runs the first): a whole feature
+    block and a partial one, sequences of one tile's end, a whole number of tiles, and past it; state in, resets,
+    broadcast a; outputs and every gradient."""
+    tiles = {key: (configs[index],) for key, configs in triton_scan._LINEAR_TILES.items()}
+    monkeypatch.setattr(triton_scan, "_LINEAR_TILES", tiles)
+    triton_scan._linear_tuned.cache_clear()
+    dtype = torch.complex128 if complex_ else torch.float64
+    feat = max(f for (_, c), ((f, _, _),) in tiles.items() if c == complex_) + 3
+    steps = max(t for (_, c), ((_, t, _),) in tiles.items() if c == complex_)
+    try:
+        _check_tile_lengths(device, dtype, complex_, feat, steps, index)
+    finally:
+        triton_scan._linear_tuned.cache_clear()
+
+
+def _check_tile_lengths(device, dtype, complex_, feat, steps, seed):
+    torch.manual_seed(seed)
+    for length in (steps - 1, 2 * steps, 2 * steps + 3):
+        a = 0.95 * torch.rand(1, 1, feat, dtype=torch.float64)
+        if complex_:
+            a = a * torch.exp(1j * torch.rand_like(a))
+        a = a.to(device, dtype).requires_grad_()
+        b = torch.randn(2, length, feat, dtype=dtype, device=device, requires_grad=True)
+        h0 = torch.randn(2, feat, dtype=dtype, device=device, requires_grad=True)
+        resets = _resets(2, length, steps, device)
+        _check(linear_scan(a, b, h0, resets, backend="triton"), linear_scan(a, b, h0, resets, backend="reference"),
+               [a, b, h0], torch.float64)
 
 
 def test_linear_scan_triton_trailing_dims(device):
