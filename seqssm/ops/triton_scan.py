@@ -56,8 +56,10 @@ _BACKWARD_PER_THREAD = {False: (2, 4), True: (2,)}
 # ((channel, n) pairs per thread, STAGES, warps) of the forward's tiles that the autotuner tries. At 16 pairs a
 # thread a step takes 15 to 16 instructions per pair (sm_90 SASS, scripts/kernel_sass.py; the chunked scan it
 # replaced took 23 to 37 per (channel, step) and state); at 32 the tile needs more registers than ptxas's budget,
-# and at 16 over one warp without loads ahead it spills at N = 64 (the compile check's full tier).
-_FORWARD_TILES = ((8, 1, 1), (16, 2, 1), (16, 2, 2), (16, 2, 4))
+# and at 16 over one warp without loads ahead it spills at N = 64 (the compile check's full tier). Where rows x
+# channels are few (an RL update, 8 x 128 channels: 64 one-warp programs at 8 pairs), each program's step is the
+# time: 4 pairs a thread take 123 instructions a step for 128 programs, against 198 for 8 pairs and 242 for 16.
+_FORWARD_TILES = ((8, 1, 1), (16, 2, 1), (16, 2, 2), (16, 2, 4), (4, 2, 1))
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
