@@ -9,7 +9,7 @@ Implementations with one signature, registered as backends (`seqssm.ops.backend`
   Its backward is the same scan run in reverse on conj(a), so autograd stores only the inputs
   and the output, never per-step graph nodes. Forward and backward are custom ops
   (`torch.ops.seqssm.linear_scan_chunked[_backward]`), which torch.compile keeps whole.
-- `seqssm.ops.triton_scan.linear_scan_triton`: Triton kernels, log-depth scans inside chunks (CUDA).
+- `seqssm.ops.triton_scan.linear_scan_triton`: Triton kernels, each feature's steps scanned in one thread (CUDA).
 Resets (B, L) are applied by zeroing a_t, which is exactly "zero the state before step t".
 """
 

@@ -108,8 +108,8 @@ def _linear_call(case: Case) -> None:
 
     s, f = case.sizes, case.flags
     b, length, feat = s["batch"], s["L"], s["F"]
+    # A broadcast a goes in as S5's does, one value per feature (1, 1, F); its gradient is summed in the kernel.
     a = _leaf(1 if "broadcast" in f else b, 1 if "broadcast" in f else length, feat, dtype=case.dtype, grad=False)
-    a = a.expand(b, length, feat)
     x = _leaf(b, length, feat, dtype=case.dtype, grad=False)
     h0 = _leaf(b, feat, dtype=case.dtype, grad=False) if "state" in f else None
     resets = torch.empty(b, length, device="meta", dtype=torch.bool) if "resets" in f else None

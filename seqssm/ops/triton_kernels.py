@@ -196,11 +196,12 @@ def linear_scan_fwd(
 
 @triton.jit
 def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, start,
-                     length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
-                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, MASKED: tl.constexpr,
+                     length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, A_SUM: tl.constexpr, MASKED: tl.constexpr,
                      BLOCK_T: tl.constexpr, ACC: tl.constexpr):
     # One tile of steps start.. (MASKED: it holds t = 0, where h_{t-1} is h0, or passes the end), its columns `back`
-    # running backwards in time, from g at the step after it -> g at its first step.
+    # running backwards in time, from g at the step after it -> g at its first step, and grad a summed over the
+    # tile's steps added to sum_r, sum_i (with A_SUM; else grad a is stored per step).
     t0 = tl.cast(start, tl.int64)
     t = start + back
     mask = _tile_mask(mask_f, t, length, MASKED)
@@ -241,7 +242,10 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             gar = tl.where(reset, 0.0, gar)
             gai = tl.where(reset, 0.0, gai)
         tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
-        tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
+        if A_SUM:
+            sum_i += _sum(gai, axis=1)
+        else:
+            tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
         carry_i = _row(gi, back, 0, 1)
     else:
         pr, gr = tl.associative_scan((ar, gr), axis=1, combine_fn=_affine)
@@ -250,8 +254,12 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         if HAS_RESETS:
             gar = tl.where(reset, 0.0, gar)
     tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-    tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
-    return _row(gr, back, 0, 1), carry_i
+    if A_SUM:
+        # Past the end and outside the features g and h_{t-1} are 0, so the sum needs no mask.
+        sum_r += _sum(gar, axis=1)
+    else:
+        tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
+    return _row(gr, back, 0, 1), carry_i, sum_r, sum_i
 
 
 @triton.jit
@@ -259,12 +267,13 @@ def linear_scan_bwd(
     a_ptr, resets_ptr, h0_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr,
     length, feat, tune_rows, tune_length,
     s_ab, s_at, s_af, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
-    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
+    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, A_SUM: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr,
 ):
     """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a scan of 2-D (feature, time) tiles from the end; grad
-    a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, ga, gb share h's
-    strides."""
+    a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, gb share h's strides;
+    so does ga, unless A_SUM (a the same at every batch row and step, strides 0): then ga is a contiguous
+    (batch, F) in the accumulation dtype, each row grad a summed over that row's steps."""
     pid_b, offs_f, mask_f, steps, h0_r, h0_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX, HAS_H0,
                                                              BLOCK_T, BLOCK_F, ACC)
     # A tile's columns run backwards in time, so that a forward scan along them is the reverse scan: Triton
@@ -272,25 +281,35 @@ def linear_scan_bwd(
     # register each (sm_90 SASS, scripts/kernel_sass.py).
     back = BLOCK_T - 1 - steps
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
-    # g at the first step of the tile after the current one.
+    # g at the first step of the tile after the current one, and grad a's sums (A_SUM).
     carry_r = tl.full([BLOCK_F], 0.0, ACC)
     carry_i = tl.full([BLOCK_F], 0.0, ACC)
+    sum_r = tl.full([BLOCK_F], 0.0, ACC)
+    sum_i = tl.full([BLOCK_F], 0.0, ACC)
     # The last tile (it may pass the end), the tiles between without a time mask, then the first (h_{-1}).
     last = (n_chunks - 1) * BLOCK_T
     tile_a = offs_f[:, None] * s_af + back * s_at
     tile_h = offs_f[:, None] * s_hf + back * s_ht
-    carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a,
-                                        tile_h, last, length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt,
-                                        s_hb, s_ht, COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
+    carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
+        a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, last, length,
+        carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+        COMPLEX, HAS_RESETS, A_SUM, True, BLOCK_T, ACC)
     for i in tl.range(2, n_chunks, num_stages=STAGES):
-        carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back,
-                                            tile_a, tile_h, (n_chunks - i) * BLOCK_T, length, carry_r, carry_i, h0_r,
-                                            h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, False,
-                                            BLOCK_T, ACC)
+        carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
+            a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h,
+            (n_chunks - i) * BLOCK_T, length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt,
+            s_hb, s_ht, COMPLEX, HAS_RESETS, A_SUM, False, BLOCK_T, ACC)
     if n_chunks > 1:
-        carry_r, carry_i = _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back,
-                                            tile_a, tile_h, 0, length, carry_r, carry_i, h0_r, h0_i, s_ab, s_at, s_rb,
-                                            s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
+        carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
+            a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, 0, length,
+            carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+            COMPLEX, HAS_RESETS, A_SUM, True, BLOCK_T, ACC)
+    if A_SUM:
+        pair: tl.constexpr = 2 if COMPLEX else 1
+        ga_row = ga_ptr + (pid_b * feat + offs_f) * pair
+        tl.store(ga_row, sum_r.to(ga_ptr.dtype.element_ty), mask=mask_f)
+        if COMPLEX:
+            tl.store(ga_row + 1, sum_i.to(ga_ptr.dtype.element_ty), mask=mask_f)
     if HAS_H0:
         # grad h0 = g_0 conj(a_0), a_0 zeroed by a reset at t = 0.
         a0r = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)

@@ -28,13 +28,14 @@ from seqssm.ops.selective import _groups
 # complex or real inputs. A complex tile's features are 8 bytes apart, one per lane, so BLOCK_F 32 holds each
 # feature's steps in one thread and the narrower blocks split them over 2 or 4 lanes (more programs where there
 # are few rows); a real tile's contiguous features load as vectors (4 float32), so BLOCK_F 128 is one warp's row.
-# The backward keeps about twice the forward's tiles live, with a 64-bit address per element for each of the five
-# tensors it reads and writes: at 16 complex elements a thread it spilled (sm_80 and sm_90), and at 8 over 4 lanes
-# (BLOCK_F 8) under triton 3.9, so it takes 8 over one lane or 2, or 4 over 4.
+# The backward keeps about twice the forward's tiles live, with a 64-bit address per element for each tensor it
+# reads and writes: at 16 complex elements a thread it spilled (sm_80 and sm_90), and at 8 over 4 lanes (BLOCK_F 8)
+# under triton 3.9, so it takes 8 over one lane or 2, or 4 over 4. A real float16 forward tile of 32 x 32 spilled
+# under triton 3.6 (the compile check's full tier).
 _LINEAR_TILES = {
     ("fwd", True): ((32, 16, 3), (16, 16, 3), (8, 32, 3)),
     ("bwd", True): ((32, 8, 3), (16, 16, 3), (8, 16, 3)),
-    ("fwd", False): ((128, 8, 3), (64, 16, 3), (32, 32, 3)),
+    ("fwd", False): ((128, 8, 3), (64, 16, 3), (32, 16, 3)),
     ("bwd", False): ((128, 4, 3), (64, 8, 3), (32, 16, 3)),
 }
 # The longest tile of any config: a tile's 32-bit offsets must reach one step past it.
@@ -165,13 +166,17 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     batch, length, feat = b.shape
     complex_ = b.is_complex()
     a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
+    # a's size-1 batch and time axes are read with stride 0 (broadcast).
+    a_strides = tuple(0 if a.shape[i] == 1 else a_r.stride(i) for i in (0, 1)) + (a_r.stride(2),)
     h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
     r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
     _check_tile_offsets("linear_scan", **{
-        name: (LINEAR_MAX_STEPS + 1) * abs(x.stride(1)) + feat * abs(x.stride(2)) + 1
-        for name, x in (("a", a_r), ("b", _real(b)), ("h", h_r))
+        name: (LINEAR_MAX_STEPS + 1) * abs(strides[1]) + feat * abs(strides[2]) + 1
+        for name, strides in (("a", a_strides), ("b", _real(b).stride()), ("h", h_r.stride()))
     })
     flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype))
+    if direction == "bwd":
+        flags["A_SUM"] = a.shape[0] == a.shape[1] == 1
     if interpret:
         kernel = getattr(kernels, f"linear_scan_{direction}")
         # The first tile the autotuner tries (its loads ahead mean nothing here).
@@ -190,18 +195,18 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         b_r = _real(b)
         launch(kernel, grid,
                a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
-               *sizes, *a_r.stride()[:3], *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
+               *sizes, *a_strides, *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
     else:
         gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
         launch(kernel, grid,
                a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
                gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
-               *sizes, *a_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
+               *sizes, *a_strides, *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
 
 
 def linear_forward(a, b, h0, resets):
-    """The forward op's implementation (the compile check calls it on meta tensors): a (B, L, F) (any strides:
-    a broadcast a stays a stride-0 view), b (B, L, F), h0 (B, F) or None, resets (B, L) bool or None -> h
+    """The forward op's implementation (the compile check calls it on meta tensors): a (B or 1, L or 1, F) (any
+    strides; a size-1 axis is broadcast), b (B, L, F), h0 (B, F) or None, resets (B, L) bool or None -> h
     (B, L, F), all of one real or complex dtype."""
     h = torch.empty(b.shape, dtype=b.dtype, device=b.device)
     _linear_launch("fwd", a, b, h0, resets, h)
@@ -209,11 +214,24 @@ def linear_forward(a, b, h0, resets):
 
 
 def linear_backward(grad_h, a, h0, resets, h):
-    """The backward op's implementation -> (grad a (B, L, F), grad b, grad h0 (empty without h0))."""
+    """The backward op's implementation -> (grad a (a's shape), grad b, grad h0 (empty without h0)). An a of one
+    value per feature (1, 1, F), S5's, has its gradient summed over time inside the kernel, into one row per
+    batch row (accumulation dtype), not written out for every step and reduced after."""
     grad_h = grad_h.contiguous()
-    grad_a, grad_b = torch.empty_like(h), torch.empty_like(h)
+    batch, _, feat = h.shape
+    per_feature = a.shape[0] == a.shape[1] == 1
+    if per_feature:
+        rows = torch.empty(batch, feat, dtype=torch.promote_types(h.dtype, torch.float32), device=h.device)
+    else:
+        rows = torch.empty_like(h)
+    grad_b = torch.empty_like(h)
     grad_h0 = torch.empty_like(h0) if h0 is not None else _empty(h)
-    _linear_launch("bwd", a, grad_h, h0, resets, h, grad_a, grad_b, grad_h0 if h0 is not None else None)
+    _linear_launch("bwd", a, grad_h, h0, resets, h, rows, grad_b, grad_h0 if h0 is not None else None)
+    if per_feature:
+        grad_a = rows.sum(0).to(a.dtype).view(a.shape)
+    else:
+        broadcast = [i for i in (0, 1) if a.shape[i] == 1 and h.shape[i] > 1]
+        grad_a = rows.sum(broadcast, keepdim=True) if broadcast else rows
     return grad_a, grad_b, grad_h0
 
 
@@ -237,7 +255,7 @@ def _linear_scan_backward_op(grad_h: Tensor, a: Tensor, h0: Tensor | None, reset
 
 @_linear_scan_backward_op.register_fake
 def _(grad_h, a, h0, resets, h):
-    return torch.empty_like(h), torch.empty_like(h), torch.empty_like(h0) if h0 is not None else _empty(h)
+    return torch.empty_like(a), torch.empty_like(h), torch.empty_like(h0) if h0 is not None else _empty(h)
 
 
 def _linear_setup(ctx, inputs, output):
@@ -258,11 +276,16 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
     """Triton `linear_scan`: same contract as the reference (a broadcastable to b (batch, L, ...))."""
     from seqssm.ops.linear import broadcast_inputs
 
-    a, b, h0 = broadcast_inputs(a, b, initial_state, resets)
+    expanded, b, h0 = broadcast_inputs(a, b, initial_state, resets)
     shape = b.shape
     flat = (shape[0], shape[1], -1)
-    # The kernels index (batch, L, F) with strides: broadcast a stays a view wherever it can.
-    a = a.reshape(flat)
+    # An a the same at every batch row and step (S5's) goes in as (1, 1, F): its gradient is then summed inside
+    # the backward kernel. Any other is expanded; the kernels index (batch, L, F) with strides, so a broadcast a
+    # stays a view wherever it can.
+    if all(size == 1 for size in a.shape[:max(0, a.ndim - len(shape) + 2)]):
+        a = a.to(b.dtype).expand(1, 1, *shape[2:]).reshape(1, 1, -1)
+    else:
+        a = expanded.reshape(flat)
     b = b.reshape(flat)
     if b.is_complex() and (a.stride(-1) != 1 or b.stride(-1) != 1):
         a, b = a.contiguous(), b.contiguous()  # view_as_real needs unit stride on the last dim
