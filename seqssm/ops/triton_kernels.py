@@ -148,8 +148,11 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
     ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
     br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
     if HAS_RESETS:
-        reset = tl.load(resets_ptr + pid_b * s_rb + t0 * s_rt + steps * s_rt, mask=start + steps < length,
-                        other=0) != 0
+        r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + steps * s_rt
+        if MASKED:
+            reset = tl.load(r_off, mask=start + steps < length, other=0) != 0
+        else:
+            reset = tl.load(r_off) != 0
         ar = tl.where(reset, 0.0, ar)
     if COMPLEX:
         ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
@@ -222,9 +225,13 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         hpr = tl.where(t == 0, h0_r[:, None], hpr)
     if HAS_RESETS:
         r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + back * s_rt
-        reset_next = tl.load(r_off + s_rt, mask=t + 1 < length, other=0) != 0
+        if MASKED:
+            reset_next = tl.load(r_off + s_rt, mask=t + 1 < length, other=0) != 0
+            reset = tl.load(r_off, mask=t < length, other=0) != 0
+        else:
+            reset_next = tl.load(r_off + s_rt) != 0
+            reset = tl.load(r_off) != 0
         ar = tl.where(reset_next, 0.0, ar)
-        reset = tl.load(r_off, mask=t < length, other=0) != 0
     if COMPLEX:
         ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
         gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
