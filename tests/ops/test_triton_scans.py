@@ -44,6 +44,7 @@ LINEAR_CASES = [  # (dtype, L, broadcast a, initial state, resets)
     (torch.float64, 17, False, False, False),
     (torch.float64, LINEAR_MAX_STEPS + 1, True, True, True),
     (torch.complex128, 17, False, True, True),
+    (torch.complex128, 17, True, False, True),
     (torch.complex128, LINEAR_MAX_STEPS + 1, True, True, True),
     (torch.float16, LINEAR_MAX_STEPS + 1, False, True, True),
 ]
