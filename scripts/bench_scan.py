@@ -229,9 +229,9 @@ def selective_limit_ms(shape: dict, bytes_per_element: int, peaks: dict) -> dict
 
 def linear_limit_ms(shape: dict, bytes_per_element: int, peaks: dict) -> dict:
     """The least time forward + backward of the linear scan can take: HBM traffic alone (read b, write h; read
-    dh and h, write da and db), a broadcast `a` read once per feature."""
+    dh and h, write db), `a` one value per feature (S5's), read once and its gradient summed per feature."""
     elements = shape["batch"] * shape["L"] * shape["modes"]
-    traffic = (2 + 4) * elements * bytes_per_element
+    traffic = (2 + 3) * elements * bytes_per_element
     hbm = traffic / peaks["memory_bytes_per_s"] * 1e3
     return {"hbm_ms": round(hbm, 4), "limit_ms": round(hbm, 4)}
 
