@@ -6,9 +6,10 @@ The case's launches are captured as the compile check captures them (`seqssm.ops
 benchmark tier), every autotune config is compiled for sm_ARCH by the triton installed, and the cubin is
 disassembled with the cuobjdump in triton's wheel. Each loop (a backward branch) is reported with its instructions,
 and among them the warp shuffles, special-function ops, global loads and stores and barriers; `per_element` divides
-the innermost loop's instructions by the elements of a tile each thread holds (the forward: (channel, n) pairs of
-one step; the backward: (channel, step) pairs of one state; the linear scan's: (step, feature) pairs). These are static counts of issued instructions, not
-times: they say where a kernel spends its issue slots and shuffles, not how long it waits.
+the innermost loop's instructions by the elements of a tile each thread holds (the selective forward: (channel, n)
+pairs of one step; the selective backward: (channel, step) pairs of one state; the linear scan: (feature, step)
+pairs). These are static counts of issued instructions, not times: they say where a kernel spends its issue slots
+and shuffles, not how long it waits.
 """
 
 from __future__ import annotations
