@@ -102,6 +102,22 @@ def worker(mode: str, backend: str, length: int, repeats: int, batch: int, dim: 
     return {"peak_extra_bytes": peak, "peak_ratio": peak / (batch * length * dim * n * 4)}
 
 
+def kernel_time(once) -> dict:
+    """The device work of one once() on CUDA, as torch.profiler records it: how many kernels (memsets and copies
+    included) and their summed time in ms. Below a millisecond the call's own time is mostly the host launching
+    them, so this is what a kernel's distance to the hardware limit reads from."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        once()
+        torch.cuda.synchronize()
+    work = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return {"kernels": len(work), "kernel_ms": round(sum(e.time_range.elapsed_us() for e in work) / 1e3, 4)}
+
+
 def measure(fn, params, repeats: int, device, warmup_max: int = 12, backward: bool = True) -> dict:
     """Median fwd+bwd milliseconds (forward alone without `backward`, under no_grad) of fn() on `device` over
     `repeats` runs after warm-ups (compilation, autotuning, the allocator's first blocks of a new shape), and on
@@ -141,6 +157,10 @@ def measure(fn, params, repeats: int, device, warmup_max: int = 12, backward: bo
     row = {"median_ms": round(statistics.median(times), 3), "times_ms": [round(t, 3) for t in times],
            "warmup_ms": [round(t, 3) for t in warm]}
     if cuda:
+        try:
+            row.update(kernel_time(once))
+        except Exception as err:  # the profiler is a reading beside the time, not a reason to lose the row
+            row["kernel_ms"] = f"error: {type(err).__name__}: {str(err)[:200]}"
         for p in params:
             p.grad = None
         torch.cuda.synchronize()
@@ -391,12 +411,15 @@ def markdown(result: dict) -> str:
              f"{peaks.get('fma_per_s', 0) / 1e12:.1f}e12 FMA/s, {peaks.get('memory_bytes_per_s', 0) / 1e12:.2f} TB/s; "
              "limit ms = the largest of the exponential, FMA and HBM times of the call, see selective_limit_ms; "
              f"{result['dtype']} inputs, median of {result['repeats']}).", "",
-             "| op | shape | resets | backend | median ms | peak MB | limit ms | fraction of limit |",
-             "|---|---|---|---|---|---|---|---|"]
+             "kernel ms = the device time of the call's kernels (torch.profiler), without the host's launching.", "",
+             "| op | shape | resets | backend | median ms | kernel ms (kernels) | peak MB | limit ms "
+             "| fraction of limit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         time_ = f"{r['median_ms']}" if "median_ms" in r else f"error: {r['error']}"
-        lines.append(f"| {r['op']} | {r['shape']} | {r['resets']} | {r['backend']} | {time_} | {r.get('peak_mb', '')} "
-                     f"| {r.get('limit_ms', '')} | {r.get('limit_fraction', '')} |")
+        kernels = f"{r['kernel_ms']}" + (f" ({r['kernels']})" if "kernels" in r else "") if "kernel_ms" in r else ""
+        lines.append(f"| {r['op']} | {r['shape']} | {r['resets']} | {r['backend']} | {time_} | {kernels} "
+                     f"| {r.get('peak_mb', '')} | {r.get('limit_ms', '')} | {r.get('limit_fraction', '')} |")
     lines += ["", "| target | time ratio | at most | status |", "|---|---|---|---|"]
     for t in result["targets"]:
         ratio = f"{t['backend']} / {t['baseline']} = {t['ratio']}" if "ratio" in t else t.get("why", "")

@@ -172,6 +172,22 @@ def test_the_cuda_benchmark_limit_is_the_slowest_of_exponentials_fmas_and_memory
     assert slow_memory["limit_ms"] == slow_memory["hbm_ms"] > limit["limit_ms"]
 
 
+def test_the_benchmark_table_gives_each_rows_kernel_time_where_it_was_read(bench):
+    """scripts/bench_scan.py's markdown: a row's kernel time and kernel count beside its median, blank where the
+    row has none (CPU rows, failed backends), and the error where the profiler failed."""
+    rows = [{"op": "linear_scan", "shape": "s5-ppo", "resets": False, "backend": "triton", "median_ms": 0.21,
+             "kernel_ms": 0.034, "kernels": 5, "peak_mb": 30.0, "limit_ms": 0.012, "limit_fraction": 0.057},
+            {"op": "linear_scan", "shape": "s5-ppo", "resets": False, "backend": "torch", "error": "out of memory"},
+            {"op": "linear_scan", "shape": "s5-ppo", "resets": True, "backend": "triton", "median_ms": 0.25,
+             "kernel_ms": "error: RuntimeError: CUPTI"}]
+    table = bench.markdown({"device": "GPU", "torch": "2", "triton": "3", "dtype": "bfloat16", "repeats": 5,
+                            "rows": rows, "targets": []})
+    lines = [line for line in table.splitlines() if line.startswith("| linear_scan")]
+    assert "| 0.21 | 0.034 (5) | 30.0 | 0.012 | 0.057 |" in lines[0]
+    assert "| error: out of memory |  |" in lines[1]
+    assert "| 0.25 | error: RuntimeError: CUPTI |" in lines[2]
+
+
 def test_the_benchmark_times_the_forward_alone_without_building_a_graph(bench):
     """measure(backward=False) runs the call under no_grad (no gradient reaches the inputs) and still times it."""
     x = torch.randn(64, requires_grad=True)
