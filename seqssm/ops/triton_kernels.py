@@ -133,19 +133,36 @@ def _tile_mask(mask_f, t, length, MASKED: tl.constexpr):
 
 
 @triton.jit
+def _feature_a(a_ptr, offs_f, mask_f, s_af, COMPLEX: tl.constexpr, A_PER_FEATURE: tl.constexpr, ACC: tl.constexpr):
+    # a (real, imaginary part) of each feature (BLOCK_F,) when it is the same at every batch row and step (S5's):
+    # loaded once, then broadcast over each tile's steps instead of loaded with it. Zeros otherwise (unused).
+    a_r = tl.full([offs_f.shape[0]], 0.0, ACC)
+    a_i = tl.full([offs_f.shape[0]], 0.0, ACC)
+    if A_PER_FEATURE:
+        a_r = tl.load(a_ptr + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)
+        if COMPLEX:
+            a_i = tl.load(a_ptr + offs_f * s_af + 1, mask=mask_f, other=0.0).to(ACC)
+    return a_r, a_i
+
+
+@triton.jit
 def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b, tile_h, start, length,
-                     carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
-                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, MASKED: tl.constexpr,
-                     BLOCK_T: tl.constexpr, ACC: tl.constexpr):
+                     carry_r, carry_i, fa_r, fa_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
+                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, A_PER_FEATURE: tl.constexpr,
+                     MASKED: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr):
     # One tile of steps start.. (MASKED: it may pass the end) from the carried state -> the state after it. tile_*:
-    # the 32-bit offsets of a tile's elements from its first step, the same for every tile.
+    # the 32-bit offsets of a tile's elements from its first step, the same for every tile; fa_*: `_feature_a`.
     t0 = tl.cast(start, tl.int64)
     mask = _tile_mask(mask_f, start + steps, length, MASKED)
     a_off = a_ptr + (pid_b * s_ab + t0 * s_at) + tile_a
     b_off = b_ptr + (pid_b * s_bb + t0 * s_bt) + tile_b
     h_off = h_ptr + (pid_b * s_hb + t0 * s_ht) + tile_h
-    # Steps past the end are (a, b) = (1, 0): they keep the last state in the tile's last step.
-    ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
+    # Steps past the end are (a, b) = (1, 0): they keep the last state in the tile's last step (a per feature
+    # there only changes outputs that are not stored, in the last tile).
+    if A_PER_FEATURE:
+        ar = tl.broadcast_to(fa_r[:, None], mask.shape)
+    else:
+        ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
     br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
     if HAS_RESETS:
         r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + steps * s_rt
@@ -155,7 +172,10 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
             reset = tl.load(r_off) != 0
         ar = tl.where(reset, 0.0, ar)
     if COMPLEX:
-        ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
+        if A_PER_FEATURE:
+            ai = tl.broadcast_to(fa_i[:, None], mask.shape)
+        else:
+            ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
         bi = tl.load(b_off + 1, mask=mask, other=0.0).to(ACC)
         if HAS_RESETS:
             ai = tl.where(reset, 0.0, ai)
@@ -177,11 +197,12 @@ def linear_scan_fwd(
     a_ptr, b_ptr, resets_ptr, h0_ptr, h_ptr,
     length, feat, tune_rows, tune_length,
     s_ab, s_at, s_af, s_bb, s_bt, s_bf, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
-    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr,
+    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, A_PER_FEATURE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr,
 ):
     pid_b, offs_f, mask_f, steps, carry_r, carry_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX,
                                                                    HAS_H0, BLOCK_T, BLOCK_F, ACC)
+    fa_r, fa_i = _feature_a(a_ptr, offs_f, mask_f, s_af, COMPLEX, A_PER_FEATURE, ACC)
     tile_a = offs_f[:, None] * s_af + steps * s_at
     tile_b = offs_f[:, None] * s_bf + steps * s_bt
     tile_h = offs_f[:, None] * s_hf + steps * s_ht
@@ -189,36 +210,41 @@ def linear_scan_fwd(
     full = length // BLOCK_T * BLOCK_T
     for start in tl.range(0, full, BLOCK_T, num_stages=STAGES):
         carry_r, carry_i = _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b,
-                                            tile_h, start, length, carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb,
-                                            s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, False, BLOCK_T, ACC)
+                                            tile_h, start, length, carry_r, carry_i, fa_r, fa_i, s_ab, s_at, s_bb,
+                                            s_bt, s_rb, s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, A_PER_FEATURE, False,
+                                            BLOCK_T, ACC)
     if full < length:
         _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile_a, tile_b, tile_h, full, length,
-                         carry_r, carry_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
-                         COMPLEX, HAS_RESETS, True, BLOCK_T, ACC)
+                         carry_r, carry_i, fa_r, fa_i, s_ab, s_at, s_bb, s_bt, s_rb, s_rt, s_hb, s_ht,
+                         COMPLEX, HAS_RESETS, A_PER_FEATURE, True, BLOCK_T, ACC)
 
 
 @triton.jit
 def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, start,
-                     length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
-                     COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, A_SUM: tl.constexpr, MASKED: tl.constexpr,
-                     BLOCK_T: tl.constexpr, ACC: tl.constexpr):
+                     length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, fa_r, fa_i, s_ab, s_at, s_rb, s_rt, s_hb,
+                     s_ht, COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, A_PER_FEATURE: tl.constexpr,
+                     MASKED: tl.constexpr, BLOCK_T: tl.constexpr, ACC: tl.constexpr):
     # One tile of steps start.. (MASKED: it holds t = 0, where h_{t-1} is h0, or passes the end), its columns `back`
     # running backwards in time, from g at the step after it -> g at its first step, and grad a summed over the
-    # tile's steps added to sum_r, sum_i (with A_SUM; else grad a is stored per step).
+    # tile's steps added to sum_r, sum_i (with A_PER_FEATURE, a read from fa_*; else grad a is stored per step).
     t0 = tl.cast(start, tl.int64)
     t = start + back
     mask = _tile_mask(mask_f, t, length, MASKED)
     a1_off = a_ptr + (pid_b * s_ab + t0 * s_at + s_at) + tile_a
     h_off = (pid_b * s_hb + t0 * s_ht) + tile_h
     hp_off = h_ptr + (pid_b * s_hb + t0 * s_ht - s_ht) + tile_h
-    # conj(a_{t+1}); 0 past the end, where no later state feeds back.
+    # conj(a_{t+1}); 0 past the end, where no later state feeds back (a per feature there multiplies a g of 0: gh is
+    # 0 past the end and nothing enters after it).
     if MASKED:
         nxt = mask_f[:, None] & (t + 1 < length)
         has_prev = mask & (t >= 1)
     else:
         nxt = mask
         has_prev = mask
-    ar = tl.load(a1_off, mask=nxt, other=0.0).to(ACC)
+    if A_PER_FEATURE:
+        ar = tl.broadcast_to(fa_r[:, None], mask.shape)
+    else:
+        ar = tl.load(a1_off, mask=nxt, other=0.0).to(ACC)
     gr = tl.load(gh_ptr + h_off, mask=mask, other=0.0).to(ACC)
     hpr = tl.load(hp_off, mask=has_prev, other=0.0).to(ACC)
     if MASKED:
@@ -233,7 +259,10 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             reset = tl.load(r_off) != 0
         ar = tl.where(reset_next, 0.0, ar)
     if COMPLEX:
-        ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
+        if A_PER_FEATURE:
+            ai = -tl.broadcast_to(fa_i[:, None], mask.shape)
+        else:
+            ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
         gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
         hpi = tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC)
         if MASKED:
@@ -249,7 +278,7 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             gar = tl.where(reset, 0.0, gar)
             gai = tl.where(reset, 0.0, gai)
         tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
-        if A_SUM:
+        if A_PER_FEATURE:
             sum_i += _sum(gai, axis=1)
         else:
             tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
@@ -261,7 +290,7 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         if HAS_RESETS:
             gar = tl.where(reset, 0.0, gar)
     tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-    if A_SUM:
+    if A_PER_FEATURE:
         # Past the end and outside the features g and h_{t-1} are 0, so the sum needs no mask.
         sum_r += _sum(gar, axis=1)
     else:
@@ -274,21 +303,22 @@ def linear_scan_bwd(
     a_ptr, resets_ptr, h0_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr,
     length, feat, tune_rows, tune_length,
     s_ab, s_at, s_af, s_rb, s_rt, s_hb, s_ht, s_hf, s_0b, s_0f,
-    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, A_SUM: tl.constexpr,
+    COMPLEX: tl.constexpr, HAS_RESETS: tl.constexpr, HAS_H0: tl.constexpr, A_PER_FEATURE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr,
 ):
     """Adjoint g_t = gh_t + conj(a_{t+1}) g_{t+1} by a scan of 2-D (feature, time) tiles from the end; grad
     a_t = g_t conj(h_{t-1}) (0 where reset), grad b_t = g_t, grad h0 = g_0 conj(a_0). gh, gb share h's strides;
-    so does ga, unless A_SUM (a the same at every batch row and step, strides 0): then ga is a contiguous
+    so does ga, unless A_PER_FEATURE (a the same at every batch row and step, strides 0): then ga is a contiguous
     (batch, F) in the accumulation dtype, each row grad a summed over that row's steps."""
     pid_b, offs_f, mask_f, steps, h0_r, h0_i = _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX, HAS_H0,
                                                              BLOCK_T, BLOCK_F, ACC)
+    fa_r, fa_i = _feature_a(a_ptr, offs_f, mask_f, s_af, COMPLEX, A_PER_FEATURE, ACC)
     # A tile's columns run backwards in time, so that a forward scan along them is the reverse scan: Triton
     # compiles `reverse=True` as a forward scan between reversals of its operands and results, 5 shuffles per
     # register each (sm_90 SASS, scripts/kernel_sass.py).
     back = BLOCK_T - 1 - steps
     n_chunks = (length + BLOCK_T - 1) // BLOCK_T
-    # g at the first step of the tile after the current one, and grad a's sums (A_SUM).
+    # g at the first step of the tile after the current one, and grad a's sums (A_PER_FEATURE).
     carry_r = tl.full([BLOCK_F], 0.0, ACC)
     carry_i = tl.full([BLOCK_F], 0.0, ACC)
     sum_r = tl.full([BLOCK_F], 0.0, ACC)
@@ -299,19 +329,19 @@ def linear_scan_bwd(
     tile_h = offs_f[:, None] * s_hf + back * s_ht
     carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
         a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, last, length,
-        carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
-        COMPLEX, HAS_RESETS, A_SUM, True, BLOCK_T, ACC)
+        carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, fa_r, fa_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+        COMPLEX, HAS_RESETS, A_PER_FEATURE, True, BLOCK_T, ACC)
     for i in tl.range(2, n_chunks, num_stages=STAGES):
         carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
             a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h,
-            (n_chunks - i) * BLOCK_T, length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt,
-            s_hb, s_ht, COMPLEX, HAS_RESETS, A_SUM, False, BLOCK_T, ACC)
+            (n_chunks - i) * BLOCK_T, length, carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, fa_r, fa_i, s_ab, s_at,
+            s_rb, s_rt, s_hb, s_ht, COMPLEX, HAS_RESETS, A_PER_FEATURE, False, BLOCK_T, ACC)
     if n_chunks > 1:
         carry_r, carry_i, sum_r, sum_i = _linear_bwd_tile(
             a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, mask_f, back, tile_a, tile_h, 0, length,
-            carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
-            COMPLEX, HAS_RESETS, A_SUM, True, BLOCK_T, ACC)
-    if A_SUM:
+            carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, fa_r, fa_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
+            COMPLEX, HAS_RESETS, A_PER_FEATURE, True, BLOCK_T, ACC)
+    if A_PER_FEATURE:
         pair: tl.constexpr = 2 if COMPLEX else 1
         ga_row = ga_ptr + (pid_b * feat + offs_f) * pair
         tl.store(ga_row, sum_r.to(ga_ptr.dtype.element_ty), mask=mask_f)

@@ -174,9 +174,9 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         name: (LINEAR_MAX_STEPS + 1) * abs(strides[1]) + feat * abs(strides[2]) + 1
         for name, strides in (("a", a_strides), ("b", _real(b).stride()), ("h", h_r.stride()))
     })
-    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype))
-    if direction == "bwd":
-        flags["A_SUM"] = a.shape[0] == a.shape[1] == 1
+    # A_PER_FEATURE: a is read once per feature, and its gradient summed per batch row (linear_backward).
+    flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype),
+                 A_PER_FEATURE=a.shape[0] == a.shape[1] == 1)
     if interpret:
         kernel = getattr(kernels, f"linear_scan_{direction}")
         # The first tile the autotuner tries (its loads ahead mean nothing here).
