@@ -94,14 +94,17 @@ def forward_configs(block_n: int) -> list[tuple[int, int, int]]:
     return triples
 
 
-def _tuned(direction: str, configs: list, **autotune):
-    """The compiled selective kernel of `direction` under an autotuner over `configs`, keyed by the launch's shape."""
-    kernel = getattr(load_kernels(_KERNELS, False), f"selective_scan_{direction}")
+def _tuned(name: str, configs: list, key: list[str], **autotune):
+    """The compiled kernel `name` under an autotuner over `configs`, keyed by the launch's shape arguments `key`."""
+    kernel = getattr(load_kernels(_KERNELS, False), name)
     if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
         # One config, run untimed: tests on a GPU compile many small variants, each config a compile.
         configs = configs[:1]
-    # The best block depends on how many programs there are (rows x channels) and how long each walks.
-    return triton.autotune(configs, key=["tune_rows", "e", "n_state", "tune_length"], **autotune)(kernel)
+    return triton.autotune(configs, key=key, **autotune)(kernel)
+
+
+# The best selective block depends on how many programs there are (rows x channels) and how long each walks.
+_SELECTIVE_KEY = ["tune_rows", "e", "n_state", "tune_length"]
 
 
 def _max_registers(warps: int) -> int:
@@ -111,15 +114,16 @@ def _max_registers(warps: int) -> int:
 @functools.lru_cache(maxsize=None)
 def _forward_tuned(block_n: int):
     """The selective forward for BLOCK_N states; tuning restores the initial state it reads and overwrites."""
-    return _tuned("fwd", [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w, maxnreg=_max_registers(w))
-                          for d, s, w in forward_configs(block_n)], restore_value=["last_ptr"])
+    return _tuned("selective_scan_fwd",
+                  [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w, maxnreg=_max_registers(w))
+                   for d, s, w in forward_configs(block_n)], _SELECTIVE_KEY, restore_value=["last_ptr"])
 
 
 @functools.lru_cache(maxsize=None)
 def _backward_tuned(block_t: int, wide: bool):
     """The selective backward for chunks of block_t steps; tuning zeroes or restores the buffers it adds into."""
-    return _tuned("bwd", [triton.Config({"BLOCK_D": d}, num_warps=w, maxnreg=_max_registers(w))
-                          for d, w in backward_configs(block_t, wide)],
+    return _tuned("selective_scan_bwd", [triton.Config({"BLOCK_D": d}, num_warps=w, maxnreg=_max_registers(w))
+                                         for d, w in backward_configs(block_t, wide)], _SELECTIVE_KEY,
                   reset_to_zero=["gA_ptr", "gB_ptr", "gC_ptr"], restore_value=["gh_ptr"])
 
 
@@ -153,12 +157,15 @@ def _empty(like: Tensor) -> Tensor:
 def _linear_tuned(direction: str, complex_: bool):
     """The compiled linear kernel of `direction` under an autotuner over the tiles for complex or real inputs,
     keyed by the launch's shape (it writes every element of its outputs, so tuning needs no restore)."""
-    kernel = getattr(load_kernels(_KERNELS, False), f"linear_scan_{direction}")
-    configs = [triton.Config({"BLOCK_F": f, "BLOCK_T": t, "STAGES": s}, num_warps=1)
-               for f, t, s in _LINEAR_TILES[direction, complex_]]
-    if os.environ.get("SEQSSM_TRITON_AUTOTUNE", "1") == "0":
-        configs = configs[:1]
-    return triton.autotune(configs, key=["feat", "tune_rows", "tune_length"])(kernel)
+    return _tuned(f"linear_scan_{direction}", [triton.Config({"BLOCK_F": f, "BLOCK_T": t, "STAGES": s}, num_warps=1)
+                                               for f, t, s in _LINEAR_TILES[direction, complex_]],
+                  ["feat", "tune_rows", "tune_length"])
+
+
+def _per_feature(a: Tensor) -> bool:
+    """Whether the op's a (B or 1, L or 1, F) is one value per feature: the kernels then read it once per feature
+    and the backward sums its gradient per batch row."""
+    return a.shape[0] == a.shape[1] == 1
 
 
 def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, grad_h0=None):
@@ -174,9 +181,8 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         name: (LINEAR_MAX_STEPS + 1) * abs(strides[1]) + feat * abs(strides[2]) + 1
         for name, strides in (("a", a_strides), ("b", _real(b).stride()), ("h", h_r.stride()))
     })
-    # A_PER_FEATURE: a is read once per feature, and its gradient summed per batch row (linear_backward).
     flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype),
-                 A_PER_FEATURE=a.shape[0] == a.shape[1] == 1)
+                 A_PER_FEATURE=_per_feature(a))
     if interpret:
         kernel = getattr(kernels, f"linear_scan_{direction}")
         # The first tile the autotuner tries (its loads ahead mean nothing here).
@@ -219,7 +225,7 @@ def linear_backward(grad_h, a, h0, resets, h):
     batch row (accumulation dtype), not written out for every step and reduced after."""
     grad_h = grad_h.contiguous()
     batch, _, feat = h.shape
-    per_feature = a.shape[0] == a.shape[1] == 1
+    per_feature = _per_feature(a)
     if per_feature:
         rows = torch.empty(batch, feat, dtype=torch.promote_types(h.dtype, torch.float32), device=h.device)
     else:

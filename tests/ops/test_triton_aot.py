@@ -116,17 +116,22 @@ def test_the_judge_reports_spills_and_registers():
     assert "every config spills" in problem
 
 
-@pytest.fixture(scope="module")
-def bench():
-    """scripts/bench_scan.py as a module."""
+def _script(name: str):
+    """scripts/<name>.py as a module."""
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).parents[2] / "scripts" / "bench_scan.py"
-    spec = importlib.util.spec_from_file_location("bench_scan", path)
+    path = pathlib.Path(__file__).parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/bench_scan.py as a module."""
+    return _script("bench_scan")
 
 
 def test_the_cuda_benchmark_judges_each_target_in_its_direction(bench):
@@ -205,22 +210,10 @@ def test_the_benchmark_times_the_forward_alone_without_building_a_graph(bench):
     assert seen[-1] and x.grad is not None
 
 
-def _kernel_sass():
-    """scripts/kernel_sass.py as a module."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[2] / "scripts" / "kernel_sass.py"
-    spec = importlib.util.spec_from_file_location("kernel_sass", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_kernel_sass_finds_each_loop_and_counts_its_ops():
     """scripts/kernel_sass.py's reading of a disassembly: a backward branch closes a loop, innermost first, and the
     ops inside it are counted (predicated ones too); a forward branch is no loop."""
-    module = _kernel_sass()
+    module = _script("kernel_sass")
     sass = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   FFMA R2, R3, R4, R5 ;
@@ -241,7 +234,7 @@ def test_kernel_sass_counts_the_tile_elements_a_thread_holds():
     """The divisor of kernel_sass's per-element counts: the selective forward's (channels x n) tile, the backward's
     (channels x steps), the linear scan's (features x steps); a launch without an autotuner (as the linear scan's was
     before its configs, in an A/B against an older tree) leaves num_warps to Triton's default of 4."""
-    module = _kernel_sass()
+    module = _script("kernel_sass")
     assert module._tile_elements({"BLOCK_D": 32, "num_warps": 1}, {"BLOCK_N": 16}) == 16
     assert module._tile_elements({"BLOCK_D": 2, "num_warps": 1}, {"BLOCK_T": 64}) == 4
     assert module._tile_elements({"BLOCK_F": 32, "BLOCK_T": 8, "num_warps": 1}, {}) == 8
