@@ -1,10 +1,27 @@
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """A loader of scripts/<name>.py as a module: `load_script("bench_scan").main([...])`."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,25 +2,15 @@
 rerun after a public name or docstring changes."""
 
 import importlib
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "api_reference.py"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("api_reference", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_the_api_reference_is_up_to_date(load_script):
+    assert load_script("api_reference").main(["--check"]) == 0, \
+        "docs/api.md is stale: run python scripts/api_reference.py"
 
 
-def test_the_api_reference_is_up_to_date():
-    assert _script().main(["--check"]) == 0, "docs/api.md is stale: run python scripts/api_reference.py"
-
-
-def test_the_api_reference_lists_every_public_name():
-    script = _script()
+def test_the_api_reference_lists_every_public_name(load_script):
+    script = load_script("api_reference")
     text = script.render()
     for name in script.PACKAGES:
         for attr in importlib.import_module(name).__all__:

@@ -1,7 +1,5 @@
 """Parameter counts of the named models against Ulbaek 2024 thesis, tables 3 and 6 (construction only)."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -42,11 +40,8 @@ def test_byte_vocabulary_puts_table6_outside_3_percent():
     assert over == ["mamba-s6-bi", "mamba-s6-sm"]
 
 
-def test_param_table_script_prints_both_tables_with_ratios(capsys, monkeypatch):
-    path = Path(__file__).parents[2] / "scripts" / "param_table.py"
-    spec = importlib.util.spec_from_file_location("param_table", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_param_table_script_prints_both_tables_with_ratios(capsys, monkeypatch, load_script):
+    script = load_script("param_table")
     monkeypatch.setattr("sys.argv", ["param_table.py"])
     script.main()
     out = capsys.readouterr().out

@@ -116,22 +116,10 @@ def test_the_judge_reports_spills_and_registers():
     assert "every config spills" in problem
 
 
-def _script(name: str):
-    """scripts/<name>.py as a module."""
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[2] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def bench():
+def bench(load_script):
     """scripts/bench_scan.py as a module."""
-    return _script("bench_scan")
+    return load_script("bench_scan")
 
 
 def test_the_cuda_benchmark_judges_each_target_in_its_direction(bench):
@@ -210,10 +198,10 @@ def test_the_benchmark_times_the_forward_alone_without_building_a_graph(bench):
     assert seen[-1] and x.grad is not None
 
 
-def test_kernel_sass_finds_each_loop_and_counts_its_ops():
+def test_kernel_sass_finds_each_loop_and_counts_its_ops(load_script):
     """scripts/kernel_sass.py's reading of a disassembly: a backward branch closes a loop, innermost first, and the
     ops inside it are counted (predicated ones too); a forward branch is no loop."""
-    module = _script("kernel_sass")
+    module = load_script("kernel_sass")
     sass = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   FFMA R2, R3, R4, R5 ;
@@ -230,11 +218,11 @@ def test_kernel_sass_finds_each_loop_and_counts_its_ops():
     assert outer["range"] == "0x0-0x80" and outer["instructions"] == 9 and outer["ldg"] == outer["stg"] == 1
 
 
-def test_kernel_sass_counts_the_tile_elements_a_thread_holds():
+def test_kernel_sass_counts_the_tile_elements_a_thread_holds(load_script):
     """The divisor of kernel_sass's per-element counts: the selective forward's (channels x n) tile, the backward's
     (channels x steps), the linear scan's (features x steps); a launch without an autotuner (as the linear scan's was
     before its configs, in an A/B against an older tree) leaves num_warps to Triton's default of 4."""
-    module = _script("kernel_sass")
+    module = load_script("kernel_sass")
     assert module._tile_elements({"BLOCK_D": 32, "num_warps": 1}, {"BLOCK_N": 16}) == 16
     assert module._tile_elements({"BLOCK_D": 2, "num_warps": 1}, {"BLOCK_T": 64}) == 4
     assert module._tile_elements({"BLOCK_F": 32, "BLOCK_T": 8, "num_warps": 1}, {}) == 8

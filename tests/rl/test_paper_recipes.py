@@ -7,7 +7,6 @@ Partial Observability"), 5.1 (seqssm/recipes/rl/sac/best_arm): one latent size N
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -49,13 +48,6 @@ def one_torch_thread():
 
 def load(path: Path) -> RunConfig:
     return RunConfig.from_dict(yaml.safe_load(path.read_text()))
-
-
-def param_counts_script():
-    spec = importlib.util.spec_from_file_location("rl_param_counts", REPO / "scripts" / "rl_param_counts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def core_params(config: RunConfig, env) -> tuple[int, int]:
@@ -154,10 +146,10 @@ def test_the_kalman_layer_papers_baselines_share_one_latent_size():
     assert sizes["memoryless"] is sizes["oracle"] is None
 
 
-def test_the_former_sizes_stay_as_a_variant():
+def test_the_former_sizes_stay_as_a_variant(load_script):
     """rl/sac/best_arm_matched_params: the sizes `rl_param_counts.py kalman --sizing matched --d_state 32`
     finds (each other baseline's knob set to the count nearest vSSM+KF's at N = 32), all within 10%."""
-    rows = param_counts_script().kalman_rows(16, 32, "matched")["BestArm"]
+    rows = load_script("rl_param_counts").kalman_rows(16, 32, "matched")["BestArm"]
     for row in rows:
         if row["encoder"]["kind"] == "none":
             continue
@@ -173,10 +165,10 @@ def test_the_former_sizes_stay_as_a_variant():
         assert kind == "gru" or abs(row["rel"]) <= 0.10
 
 
-def test_the_papers_ten_percent_holds_where_its_heads_are_large():
+def test_the_papers_ten_percent_holds_where_its_heads_are_large(load_script):
     """5.1: same N, counts within 10% of each other except GRU's (~40% more). True with table 1's [256, 256] heads
     (DMC, POPGym); BestArm's small heads leave the encoders most of the count, and there it fails (the README)."""
-    table = param_counts_script().kalman_rows(16, 128, "paper")
+    table = load_script("rl_param_counts").kalman_rows(16, 128, "paper")
     for task, rows in table.items():
         rel = {row["name"]: row["rel"] for row in rows}
         others = [rel[name] for name in ("vSSM", "vSSM+KF-u", "Mamba", "vTransformer")]

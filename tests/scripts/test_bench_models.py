@@ -34,11 +34,8 @@ class S4D(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_models", REPO / "scripts" / "bench_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script("bench_models")
 
 
 def test_a_tiny_cpu_run_has_every_contender(bench, tmp_path):

@@ -3,20 +3,14 @@ without resets, and a row for mamba_ssm (its time, or why it is missing)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
-REPO = Path(__file__).parents[2]
 
 
-def test_the_cpu_smoke_run_times_every_backend(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_ssd", REPO / "scripts" / "bench_ssd.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_the_cpu_smoke_run_times_every_backend(tmp_path, monkeypatch, load_script):
+    bench = load_script("bench_ssd")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # set here too, so that monkeypatch restores it afterwards
     out = tmp_path / "bench_ssd.json"
     assert bench.main(["--device", "cpu", "--repeats", "1", "--warmup-max", "2", "--out", str(out)]) == 0
@@ -28,11 +22,9 @@ def test_the_cpu_smoke_run_times_every_backend(tmp_path, monkeypatch):
     assert out.with_suffix(".md").read_text().count("\n|") == len(rows) + 2  # the header, its rule and the rows
 
 
-def test_every_row_is_written_as_it_finishes(tmp_path, monkeypatch):
+def test_every_row_is_written_as_it_finishes(tmp_path, monkeypatch, load_script):
     """A run stopped by a time limit keeps what it finished: the outputs are rewritten after each row."""
-    spec = importlib.util.spec_from_file_location("bench_ssd", REPO / "scripts" / "bench_ssd.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_ssd")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     counts = []
     monkeypatch.setattr(bench, "write_outputs", lambda result, table, out: counts.append(len(result["rows"])))

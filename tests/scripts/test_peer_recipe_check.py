@@ -3,7 +3,6 @@ S4's example.py, and the script trains both models on the MNIST stand-in."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -19,11 +18,8 @@ REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
-def prc():
-    spec = importlib.util.spec_from_file_location("peer_recipe_check", REPO / "scripts" / "peer_recipe_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def prc(load_script):
+    return load_script("peer_recipe_check")
 
 
 @pytest.fixture(autouse=True)

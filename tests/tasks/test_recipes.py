@@ -102,14 +102,10 @@ def test_recipe_builds(recipe, monkeypatch, imdb_dir):
         assert data.tokens == "chars" and data.vocab_size == expected.vocab_size == 3 + 1
 
 
-def test_rope_sweep_grid_builds(tmp_path, monkeypatch, imdb_dir):
-    import importlib.util
-
+def test_rope_sweep_grid_builds(tmp_path, monkeypatch, imdb_dir, load_script):
     import yaml
 
-    spec = importlib.util.spec_from_file_location("rope_sweep", REPO / "scripts" / "rope_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = load_script("rope_sweep")
     # Ulbaek 2024 thesis, 14.3.2: base x trainable x normalised (8), times the 15 non-empty S6 input subsets;
     # plus no RoPE
     assert len(sweep.grid(selective=False, max_length=1024)) == 1 + 8
