@@ -1,15 +1,15 @@
 """Ahead-of-time compile check of the Triton kernels, on a machine without a GPU.
 
     python -m seqssm.ops.triton_aot [--tier quick|full|bench] [--arch 80 90] [--markdown docs/gpu.md]
-        [--cache DIR --chunks 512]
+        [--cache DIR --chunks 512] [--jobs N]
 
 Triton's interpreter runs a kernel body as Python and hides compile errors, register pressure and
 spills. Here the implementations of the Triton backends' custom ops run on `meta` tensors, as the
 layers call them (forward, and backward where gradients are asked for), with each kernel launch
 intercepted instead of run. Every captured launch is expanded over its autotuner's configs and compiled with
 `JITFunction.warmup` under a stand-in driver that names the target (sm_80, sm_90), down to cubin
-with the ptxas inside the triton wheel. Registers, stack and shared memory are read off the cubin
-(`cuobjdump --dump-resource-usage`), spill bytes off ptxas's report.
+with the ptxas inside the triton wheel, in one forked process per CPU. Registers, stack and shared memory are
+read off the cubin (`cuobjdump --dump-resource-usage`), spill bytes off ptxas's report.
 
 `check` applies the rules the kernels must meet (shared memory within an H100's 227 KB per
 block; the selective scan's float32 / float16 / bfloat16 kernels at N <= 16 at most 168 registers
@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import multiprocessing
 import os
 import re
 import subprocess
@@ -449,10 +450,11 @@ def _describe(err: BaseException) -> str:
 
 
 def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], None] | None = None,
-                cache_dir: str | None = None, chunks=(None,)) -> list[Result]:
+                cache_dir: str | None = None, chunks=(None,), jobs: int | None = None) -> list[Result]:
     """Capture every case (once per selective chunk length in `chunks`, None: the default), compile each
-    distinct kernel variant once per config and target. Compiles run in a fresh Triton cache, so that ptxas
-    runs (and reports spills) for every one; `cache_dir` keeps that cache, for a GPU machine to start warm."""
+    distinct kernel variant once per config and target, in `jobs` processes (default: one per CPU). Compiles run
+    in a fresh Triton cache, so that ptxas runs (and reports spills) for every one; `cache_dir` keeps that cache,
+    for a GPU machine to start warm."""
     import triton
 
     from seqssm.ops import triton_scan
@@ -469,17 +471,64 @@ def compile_all(case_list: list[Case], archs=ARCHS, progress: Callable[[str], No
                         first.also.append(case)
         finally:
             triton_scan.SELECTIVE_MAX_CHUNK = default
-    results = []
+    launches = list(variants.values())
+    work = [(i, arch) for i in range(len(launches)) for arch in archs]
+
+    def compile_share(positions) -> list[tuple[int, Result]]:
+        """(position in `work`, result) of each config of each compile at `positions`."""
+        results = []
+        for position in positions:
+            i, arch = work[position]
+            if progress:
+                progress(f"[{i + 1}/{len(launches)}] sm_{arch} {launches[i].kernel_name} ({launches[i].case.name})")
+            results.extend((position, r) for r in compile_launch(launches[i], arch))
+        return results
+
     with contextlib.ExitStack() as stack:
         cache = cache_dir or stack.enter_context(tempfile.TemporaryDirectory())
         stack.enter_context(triton.knobs.cache.scope())
         triton.knobs.cache.dir = cache
-        for i, launch in enumerate(variants.values()):
-            for arch in archs:
-                if progress:
-                    progress(f"[{i + 1}/{len(variants)}] sm_{arch} {launch.kernel_name} ({launch.case.name})")
-                results.extend(compile_launch(launch, arch))
-    return results
+        return [r for _, r in _in_processes(compile_share, len(work), jobs or os.cpu_count() or 1,
+                                            lambda position: launches[work[position][0]])]
+
+
+def _in_processes(compile_share, count: int, jobs: int, launch_at) -> list[tuple[int, Result]]:
+    """compile_share over positions 0 .. count - 1 split round-robin between `jobs` forked processes (one process
+    where the platform cannot fork), in the order of the positions. A child sends its results back as plain
+    fields; the parent joins them to its own launch of that position (`launch_at`), which holds what a child could
+    not send (kernels, meta tensors, cases)."""
+    jobs = min(jobs, count)
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return compile_share(range(count))
+    context = multiprocessing.get_context("fork")
+    pipes = [context.Pipe(duplex=False) for _ in range(jobs)]
+
+    def child(k: int) -> None:
+        try:
+            rows = [(position, {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "launch"})
+                    for position, r in compile_share(range(k, count, jobs))]
+            pipes[k][1].send((k, rows, None))
+        except BaseException as err:  # the parent raises it: a child must not unwind into the caller's code
+            pipes[k][1].send((k, [], f"{type(err).__name__}: {err}"))
+        finally:
+            os._exit(0)  # no atexit handlers or finalisers of the parent's (pytest's, say) in the child
+
+    processes = [context.Process(target=child, args=(k,)) for k in range(jobs)]
+    for process in processes:
+        process.start()
+    replies = []
+    for (reader, _), process in zip(pipes, processes):
+        while not reader.poll(1.0):
+            if not process.is_alive() and not reader.poll():
+                raise RuntimeError(f"a compile process died (exit code {process.exitcode}) before sending its results")
+        replies.append(reader.recv())
+    for process in processes:
+        process.join()
+    failed = [f"compile process {k}: {error}" for k, _, error in replies if error]
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    rows = sorted((row for _, share, _ in replies for row in share), key=lambda row: row[0])
+    return [(position, Result(launch_at(position), **fields)) for position, fields in rows]
 
 
 # Kernels that may not spill in any compile: the SSD scan's, the decoding step's two and the causal conv's.
@@ -573,11 +622,12 @@ def main(argv=None) -> int:
     parser.add_argument("--chunks", type=int, nargs="*", default=[],
                         help="also compile the selective scan with these chunk lengths (scripts/bench_scan.py --chunks)")
     parser.add_argument("--arch", type=int, nargs="+", default=list(ARCHS), help="compute capabilities (80 90)")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: one per CPU)")
     parser.add_argument("--markdown", help="write the compile table into this markdown file, between the "
                         "'<!-- compile table -->' markers")
     args = parser.parse_args(argv)
     results = compile_all(cases(args.tier), args.arch, progress=lambda m: print(m, file=sys.stderr, flush=True),
-                          cache_dir=args.cache, chunks=(None, *args.chunks))
+                          cache_dir=args.cache, chunks=(None, *args.chunks), jobs=args.jobs)
     problems = check(results)
     text = table(results)
     line = summary(results, problems)

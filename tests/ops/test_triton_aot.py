@@ -1,6 +1,11 @@
 """The Triton kernels compiled ahead of time for sm_80 and sm_90 with triton's own compiler and ptxas (no GPU
 needed): the quick tier of `seqssm.ops.triton_aot` must meet every rule, and the judge itself must catch what
-the interpreter hides (a compile error, spills, too many registers)."""
+the interpreter hides (a compile error, spills, too many registers), and its compiles, split between processes,
+must come back whole and in order."""
+
+import multiprocessing
+import os
+import signal
 
 import pytest
 import torch
@@ -114,6 +119,39 @@ def test_the_judge_reports_spills_and_registers():
     result.launch.case, result.launch.also = wide, []
     [problem] = triton_aot.check([result])
     assert "every config spills" in problem
+
+
+def _fake_compiles(launches, fail_at=None, die_at=None):
+    """A compile_share that 'compiles' position p into one result of launches[p], arch p (and config {"p": p}); it
+    raises at fail_at and kills its own process at die_at."""
+    def compile_share(positions):
+        results = []
+        for p in positions:
+            if p == fail_at:
+                raise ValueError(f"no compile at {p}")
+            if p == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            results.append((p, triton_aot.Result(launches[p], p, {"p": p}, 0.0, registers=p)))
+        return results
+    return compile_share
+
+
+def test_compiles_split_between_processes_come_back_in_order_joined_to_the_parents_launches():
+    launches = [object() for _ in range(7)]
+    for jobs in (1, 3):
+        rows = triton_aot._in_processes(_fake_compiles(launches), 7, jobs, launches.__getitem__)
+        assert [p for p, _ in rows] == list(range(7))
+        assert all(r.launch is launches[p] and r.arch == r.registers == r.config["p"] == p for p, r in rows)
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                    reason="compiles run in forked processes only where the platform forks")
+def test_a_compile_process_that_fails_or_dies_is_an_error_not_a_hang():
+    launches = [object() for _ in range(7)]
+    with pytest.raises(RuntimeError, match="ValueError: no compile at 4"):
+        triton_aot._in_processes(_fake_compiles(launches, fail_at=4), 7, 3, launches.__getitem__)
+    with pytest.raises(RuntimeError, match="died"):
+        triton_aot._in_processes(_fake_compiles(launches, die_at=2), 7, 3, launches.__getitem__)
 
 
 @pytest.fixture(scope="module")
