@@ -158,7 +158,9 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
     b_off = b_ptr + (pid_b * s_bb + t0 * s_bt) + tile_b
     h_off = h_ptr + (pid_b * s_hb + t0 * s_ht) + tile_h
     # Steps past the end are (a, b) = (1, 0): they keep the last state in the tile's last step (a per feature
-    # there only changes outputs that are not stored, in the last tile).
+    # there only changes outputs that are not stored, in the last tile). The carried state enters through the
+    # first step's b (b_0 + a_0 h): then the scan's running products of a go unused, and where a thread holds all
+    # of a feature's steps they are not computed at all (they were, for every element, wherever a varies: resets).
     if A_PER_FEATURE:
         ar = tl.broadcast_to(fa_r[:, None], mask.shape)
     else:
@@ -179,15 +181,15 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
         bi = tl.load(b_off + 1, mask=mask, other=0.0).to(ACC)
         if HAS_RESETS:
             ai = tl.where(reset, 0.0, ai)
-        ar, ai, br, bi = tl.associative_scan((ar, ai, br, bi), axis=1, combine_fn=_affine_complex)
-        hr = ar * carry_r[:, None] - ai * carry_i[:, None] + br
-        hi = ar * carry_i[:, None] + ai * carry_r[:, None] + bi
+        br += tl.where(steps == 0, ar * carry_r[:, None] - ai * carry_i[:, None], 0.0)
+        bi += tl.where(steps == 0, ar * carry_i[:, None] + ai * carry_r[:, None], 0.0)
+        _, _, hr, hi = tl.associative_scan((ar, ai, br, bi), axis=1, combine_fn=_affine_complex)
         tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
         tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
         carry_i = _row(hi, steps, BLOCK_T - 1, 1)
     else:
-        ar, br = tl.associative_scan((ar, br), axis=1, combine_fn=_affine)
-        hr = ar * carry_r[:, None] + br
+        br += tl.where(steps == 0, ar * carry_r[:, None], 0.0)
+        _, hr = tl.associative_scan((ar, br), axis=1, combine_fn=_affine)
         tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
     return _row(hr, steps, BLOCK_T - 1, 1), carry_i
 
@@ -269,8 +271,10 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             hpi = tl.where(t == 0, h0_i[:, None], hpi)
         if HAS_RESETS:
             ai = tl.where(reset_next, 0.0, ai)
-        pr, pi, gr, gi = tl.associative_scan((ar, ai, gr, gi), axis=1, combine_fn=_affine_complex)
-        gr, gi = gr + pr * carry_r[:, None] - pi * carry_i[:, None], gi + pr * carry_i[:, None] + pi * carry_r[:, None]
+        first = back == BLOCK_T - 1  # the latest step, where the carry enters (as in the forward's first step)
+        gr += tl.where(first, ar * carry_r[:, None] - ai * carry_i[:, None], 0.0)
+        gi += tl.where(first, ar * carry_i[:, None] + ai * carry_r[:, None], 0.0)
+        _, _, gr, gi = tl.associative_scan((ar, ai, gr, gi), axis=1, combine_fn=_affine_complex)
         # g conj(h_{t-1})
         gar = gr * hpr + gi * hpi
         gai = gi * hpr - gr * hpi
@@ -284,8 +288,8 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
         carry_i = _row(gi, back, 0, 1)
     else:
-        pr, gr = tl.associative_scan((ar, gr), axis=1, combine_fn=_affine)
-        gr = gr + pr * carry_r[:, None]
+        gr += tl.where(back == BLOCK_T - 1, ar * carry_r[:, None], 0.0)
+        _, gr = tl.associative_scan((ar, gr), axis=1, combine_fn=_affine)
         gar = gr * hpr
         if HAS_RESETS:
             gar = tl.where(reset, 0.0, gar)
