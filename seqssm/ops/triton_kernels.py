@@ -105,6 +105,31 @@ def _softplus(x, FAST: tl.constexpr):
 
 
 @triton.jit
+def _load_complex(ptr, off, mask, ACC: tl.constexpr):
+    # (real, imaginary part) of the complex elements at off: one 64-bit word each where ptr is int64 (complex64's
+    # packed view, off in complex elements), else two reals side by side (off in real elements).
+    if ptr.dtype.element_ty == tl.int64:
+        word = tl.load(ptr + off, mask=mask, other=0)
+        re = (word & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+        im = (word >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
+    else:
+        re = tl.load(ptr + off, mask=mask, other=0.0).to(ACC)
+        im = tl.load(ptr + off + 1, mask=mask, other=0.0).to(ACC)
+    return re, im
+
+
+@triton.jit
+def _store_complex(ptr, off, re, im, mask):
+    # The inverse of _load_complex.
+    if ptr.dtype.element_ty == tl.int64:
+        tl.store(ptr + off, re.to(tl.uint32, bitcast=True).to(tl.int64)
+                 | (im.to(tl.uint32, bitcast=True).to(tl.int64) << 32), mask=mask)
+    else:
+        tl.store(ptr + off, re.to(ptr.dtype.element_ty), mask=mask)
+        tl.store(ptr + off + 1, im.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_F: tl.constexpr, ACC: tl.constexpr):
     # This program's batch row (int64), features (BLOCK_F,) and their mask, a tile's steps (1, BLOCK_T), and
@@ -117,9 +142,10 @@ def _linear_block(h0_ptr, feat, s_0b, s_0f, COMPLEX: tl.constexpr, HAS_H0: tl.co
     h0_r = tl.full([BLOCK_F], 0.0, ACC)
     h0_i = tl.full([BLOCK_F], 0.0, ACC)
     if HAS_H0:
-        h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
-            h0_i = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f + 1, mask=mask_f, other=0.0).to(ACC)
+            h0_r, h0_i = _load_complex(h0_ptr, pid_b * s_0b + offs_f * s_0f, mask_f, ACC)
+        else:
+            h0_r = tl.load(h0_ptr + pid_b * s_0b + offs_f * s_0f, mask=mask_f, other=0.0).to(ACC)
     return pid_b, offs_f, mask_f, tl.arange(0, BLOCK_T)[None, :], h0_r, h0_i
 
 
@@ -139,9 +165,10 @@ def _feature_a(a_ptr, offs_f, mask_f, s_af, COMPLEX: tl.constexpr, A_PER_FEATURE
     a_r = tl.full([offs_f.shape[0]], 0.0, ACC)
     a_i = tl.full([offs_f.shape[0]], 0.0, ACC)
     if A_PER_FEATURE:
-        a_r = tl.load(a_ptr + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)
         if COMPLEX:
-            a_i = tl.load(a_ptr + offs_f * s_af + 1, mask=mask_f, other=0.0).to(ACC)
+            a_r, a_i = _load_complex(a_ptr, offs_f * s_af, mask_f, ACC)
+        else:
+            a_r = tl.load(a_ptr + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)
     return a_r, a_i
 
 
@@ -163,9 +190,16 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
     # of a feature's steps they are not computed at all (they were, for every element, wherever a varies: resets).
     if A_PER_FEATURE:
         ar = tl.broadcast_to(fa_r[:, None], mask.shape)
+        ai = tl.broadcast_to(fa_i[:, None], mask.shape)
+    elif COMPLEX:
+        ar, ai = _load_complex(a_off, 0, mask, ACC)
+        ar = tl.where(mask, ar, 1.0)
     else:
         ar = tl.load(a_off, mask=mask, other=1.0).to(ACC)
-    br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
+    if COMPLEX:
+        br, bi = _load_complex(b_off, 0, mask, ACC)
+    else:
+        br = tl.load(b_off, mask=mask, other=0.0).to(ACC)
     if HAS_RESETS:
         r_off = resets_ptr + pid_b * s_rb + t0 * s_rt + steps * s_rt
         if MASKED:
@@ -173,19 +207,13 @@ def _linear_fwd_tile(a_ptr, b_ptr, resets_ptr, h_ptr, pid_b, mask_f, steps, tile
         else:
             reset = tl.load(r_off) != 0
         ar = tl.where(reset, 0.0, ar)
-    if COMPLEX:
-        if A_PER_FEATURE:
-            ai = tl.broadcast_to(fa_i[:, None], mask.shape)
-        else:
-            ai = tl.load(a_off + 1, mask=mask, other=0.0).to(ACC)
-        bi = tl.load(b_off + 1, mask=mask, other=0.0).to(ACC)
-        if HAS_RESETS:
+        if COMPLEX:
             ai = tl.where(reset, 0.0, ai)
+    if COMPLEX:
         br += tl.where(steps == 0, ar * carry_r[:, None] - ai * carry_i[:, None], 0.0)
         bi += tl.where(steps == 0, ar * carry_i[:, None] + ai * carry_r[:, None], 0.0)
         _, _, hr, hi = tl.associative_scan((ar, ai, br, bi), axis=1, combine_fn=_affine_complex)
-        tl.store(h_off, hr.to(h_ptr.dtype.element_ty), mask=mask)
-        tl.store(h_off + 1, hi.to(h_ptr.dtype.element_ty), mask=mask)
+        _store_complex(h_off, 0, hr, hi, mask)
         carry_i = _row(hi, steps, BLOCK_T - 1, 1)
     else:
         br += tl.where(steps == 0, ar * carry_r[:, None], 0.0)
@@ -245,10 +273,20 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         has_prev = mask
     if A_PER_FEATURE:
         ar = tl.broadcast_to(fa_r[:, None], mask.shape)
+        ai = -tl.broadcast_to(fa_i[:, None], mask.shape)
+    elif COMPLEX:
+        ar, ai = _load_complex(a1_off, 0, nxt, ACC)
+        ai = -ai
     else:
         ar = tl.load(a1_off, mask=nxt, other=0.0).to(ACC)
-    gr = tl.load(gh_ptr + h_off, mask=mask, other=0.0).to(ACC)
-    hpr = tl.load(hp_off, mask=has_prev, other=0.0).to(ACC)
+    if COMPLEX:
+        gr, gi = _load_complex(gh_ptr, h_off, mask, ACC)
+        hpr, hpi = _load_complex(hp_off, 0, has_prev, ACC)
+        if MASKED:
+            hpi = tl.where(t == 0, h0_i[:, None], hpi)
+    else:
+        gr = tl.load(gh_ptr + h_off, mask=mask, other=0.0).to(ACC)
+        hpr = tl.load(hp_off, mask=has_prev, other=0.0).to(ACC)
     if MASKED:
         hpr = tl.where(t == 0, h0_r[:, None], hpr)
     if HAS_RESETS:
@@ -261,14 +299,6 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
             reset = tl.load(r_off) != 0
         ar = tl.where(reset_next, 0.0, ar)
     if COMPLEX:
-        if A_PER_FEATURE:
-            ai = -tl.broadcast_to(fa_i[:, None], mask.shape)
-        else:
-            ai = -tl.load(a1_off + 1, mask=nxt, other=0.0).to(ACC)
-        gi = tl.load(gh_ptr + h_off + 1, mask=mask, other=0.0).to(ACC)
-        hpi = tl.load(hp_off + 1, mask=has_prev, other=0.0).to(ACC)
-        if MASKED:
-            hpi = tl.where(t == 0, h0_i[:, None], hpi)
         if HAS_RESETS:
             ai = tl.where(reset_next, 0.0, ai)
         first = back == BLOCK_T - 1  # the latest step, where the carry enters (as in the forward's first step)
@@ -281,11 +311,12 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         if HAS_RESETS:
             gar = tl.where(reset, 0.0, gar)
             gai = tl.where(reset, 0.0, gai)
-        tl.store(gb_ptr + h_off + 1, gi.to(gb_ptr.dtype.element_ty), mask=mask)
+        _store_complex(gb_ptr, h_off, gr, gi, mask)
         if A_PER_FEATURE:
+            sum_r += _sum(gar, axis=1)
             sum_i += _sum(gai, axis=1)
         else:
-            tl.store(ga_ptr + h_off + 1, gai.to(ga_ptr.dtype.element_ty), mask=mask)
+            _store_complex(ga_ptr, h_off, gar, gai, mask)
         carry_i = _row(gi, back, 0, 1)
     else:
         gr += tl.where(back == BLOCK_T - 1, ar * carry_r[:, None], 0.0)
@@ -293,12 +324,12 @@ def _linear_bwd_tile(a_ptr, resets_ptr, h_ptr, gh_ptr, ga_ptr, gb_ptr, pid_b, ma
         gar = gr * hpr
         if HAS_RESETS:
             gar = tl.where(reset, 0.0, gar)
-    tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
-    if A_PER_FEATURE:
-        # Past the end and outside the features g and h_{t-1} are 0, so the sum needs no mask.
-        sum_r += _sum(gar, axis=1)
-    else:
-        tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
+        tl.store(gb_ptr + h_off, gr.to(gb_ptr.dtype.element_ty), mask=mask)
+        if A_PER_FEATURE:
+            sum_r += _sum(gar, axis=1)
+        else:
+            tl.store(ga_ptr + h_off, gar.to(ga_ptr.dtype.element_ty), mask=mask)
+    # (The sums of grad a: past the end and outside the features g and h_{t-1} are 0, so they need no mask.)
     return _row(gr, back, 0, 1), carry_i, sum_r, sum_i
 
 
@@ -346,26 +377,31 @@ def linear_scan_bwd(
             carry_r, carry_i, sum_r, sum_i, h0_r, h0_i, fa_r, fa_i, s_ab, s_at, s_rb, s_rt, s_hb, s_ht,
             COMPLEX, HAS_RESETS, A_PER_FEATURE, True, BLOCK_T, ACC)
     if A_PER_FEATURE:
-        pair: tl.constexpr = 2 if COMPLEX else 1
-        ga_row = ga_ptr + (pid_b * feat + offs_f) * pair
-        tl.store(ga_row, sum_r.to(ga_ptr.dtype.element_ty), mask=mask_f)
         if COMPLEX:
-            tl.store(ga_row + 1, sum_i.to(ga_ptr.dtype.element_ty), mask=mask_f)
+            # a complex row: one word per feature when packed, else two reals
+            if ga_ptr.dtype.element_ty == tl.int64:
+                _store_complex(ga_ptr, pid_b * feat + offs_f, sum_r, sum_i, mask_f)
+            else:
+                _store_complex(ga_ptr, (pid_b * feat + offs_f) * 2, sum_r, sum_i, mask_f)
+        else:
+            tl.store(ga_ptr + pid_b * feat + offs_f, sum_r.to(ga_ptr.dtype.element_ty), mask=mask_f)
     if HAS_H0:
         # grad h0 = g_0 conj(a_0), a_0 zeroed by a reset at t = 0.
-        a0r = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af, mask=mask_f, other=0.0).to(ACC)
-        if HAS_RESETS:
-            a0r = tl.where(tl.load(resets_ptr + pid_b * s_rb) != 0, 0.0, a0r)
+        a0_off = pid_b * s_ab + offs_f * s_af
+        h0_off = pid_b * s_0b + offs_f * s_0f
         if COMPLEX:
-            a0i = tl.load(a_ptr + pid_b * s_ab + offs_f * s_af + 1, mask=mask_f, other=0.0).to(ACC)
-            if HAS_RESETS:
-                a0i = tl.where(tl.load(resets_ptr + pid_b * s_rb) != 0, 0.0, a0i)
-            tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f, (carry_r * a0r + carry_i * a0i).to(gh0_ptr.dtype.element_ty),
-                     mask=mask_f)
-            tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f + 1,
-                     (carry_i * a0r - carry_r * a0i).to(gh0_ptr.dtype.element_ty), mask=mask_f)
+            a0r, a0i = _load_complex(a_ptr, a0_off, mask_f, ACC)
         else:
-            tl.store(gh0_ptr + pid_b * s_0b + offs_f * s_0f, (carry_r * a0r).to(gh0_ptr.dtype.element_ty), mask=mask_f)
+            a0r = tl.load(a_ptr + a0_off, mask=mask_f, other=0.0).to(ACC)
+            a0i = a0r
+        if HAS_RESETS:
+            reset0 = tl.load(resets_ptr + pid_b * s_rb) != 0
+            a0r = tl.where(reset0, 0.0, a0r)
+            a0i = tl.where(reset0, 0.0, a0i)
+        if COMPLEX:
+            _store_complex(gh0_ptr, h0_off, carry_r * a0r + carry_i * a0i, carry_i * a0r - carry_r * a0i, mask_f)
+        else:
+            tl.store(gh0_ptr + h0_off, (carry_r * a0r).to(gh0_ptr.dtype.element_ty), mask=mask_f)
 
 
 # -------------------------------------------------------------------------------- selective scan

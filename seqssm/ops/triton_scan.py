@@ -25,16 +25,18 @@ _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.o
 from seqssm.ops.selective import _groups
 
 # (BLOCK_F, BLOCK_T, STAGES) of the linear scan's one-warp tiles that the autotuner tries, by direction and for
-# complex or real inputs. A complex tile's features are 8 bytes apart, one per lane, so BLOCK_F 32 holds each
-# feature's steps in one thread and the narrower blocks split them over 2 or 4 lanes (more programs where there
-# are few rows); a real tile's contiguous features load as vectors (4 float32), so BLOCK_F 128 is one warp's row.
+# complex or real inputs. Both kinds load along the features as vectors (a complex64 element as one 64-bit word,
+# `_linear_view`: 2 features a thread; 4 float32 reals), so a whole warp's row of features holds each feature's
+# steps in one thread and the scan needs no shuffles: BLOCK_F 64 complex, 128 real. The narrower blocks split a
+# feature's steps over lanes, for more programs where there are few rows (an RL update: 8 x 128 modes). sm_90 SASS
+# of the S5 PPO update (complex64, scripts/kernel_sass.py), per (feature, step), the same under triton 3.6 and 3.9:
+# forward 12.2 to 12.6 at 64 x 16 (16.6 to 17.1 with resets), backward 25.1 to 25.4 at 64 x 8 (31.4 to 31.8).
 # The backward keeps about twice the forward's tiles live, with a 64-bit address per element for each tensor it
-# reads and writes: at 16 complex elements a thread it spilled (sm_80 and sm_90), and at 8 over 4 lanes (BLOCK_F 8)
-# under triton 3.9, so it takes 8 over one lane or 2, or 4 over 4. A real float16 forward tile of 32 x 32 spilled
-# under triton 3.6 (the compile check's full tier).
+# reads and writes: at 16 complex elements a thread it spilled (sm_80 and sm_90) when each was two reals. A real
+# float16 forward tile of 32 x 32 spilled under triton 3.6 (the compile check's full tier).
 _LINEAR_TILES = {
-    ("fwd", True): ((32, 16, 3), (16, 16, 3), (8, 32, 3)),
-    ("bwd", True): ((32, 8, 3), (16, 16, 3), (8, 16, 3)),
+    ("fwd", True): ((64, 16, 3), (64, 8, 3), (16, 16, 3), (8, 32, 3)),
+    ("bwd", True): ((64, 8, 3), (64, 4, 3), (16, 16, 3), (8, 16, 3)),
     ("fwd", False): ((128, 8, 3), (64, 16, 3), (32, 16, 3)),
     ("bwd", False): ((128, 4, 3), (64, 8, 3), (32, 16, 3)),
 }
@@ -131,7 +133,14 @@ def _acc(dtype: torch.dtype):
     return tl.float64 if dtype in (torch.float64, torch.complex128) else tl.float32
 
 
-def _real(x: Tensor | None) -> Tensor | None:
+def _linear_view(x: Tensor | None) -> Tensor | None:
+    """x as the linear kernels read it: a complex64 tensor as one int64 word per element, strides in elements (the
+    features of a contiguous one then have stride 1, which Triton's layouts key on, so each thread holds its
+    features' steps under every triton release; as two reals side by side the features are 2 apart, a tie with the
+    steps that triton 3.6 and 3.9 break in opposite directions, 3.9 putting the lanes on the steps); complex128 as
+    its real view; a real tensor as is."""
+    if x is not None and x.dtype == torch.complex64:
+        return x.view(torch.int64)
     return torch.view_as_real(x) if x is not None and x.is_complex() else x
 
 
@@ -172,14 +181,14 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     kernels, interpret = kernels_for(_KERNELS, b.device)
     batch, length, feat = b.shape
     complex_ = b.is_complex()
-    a_r, h_r, h0_r = _real(a), _real(h), _real(h0)
+    a_r, h_r, h0_r = _linear_view(a), _linear_view(h), _linear_view(h0)
     # a's size-1 batch and time axes are read with stride 0 (broadcast).
     a_strides = tuple(0 if a.shape[i] == 1 else a_r.stride(i) for i in (0, 1)) + (a_r.stride(2),)
     h0_strides = (h0_r.stride(0), h0_r.stride(1)) if h0 is not None else (0, 0)
     r_strides = (resets.stride(0), resets.stride(1)) if resets is not None else (0, 0)
     _check_tile_offsets("linear_scan", **{
         name: (LINEAR_MAX_STEPS + 1) * abs(strides[1]) + feat * abs(strides[2]) + 1
-        for name, strides in (("a", a_strides), ("b", _real(b).stride()), ("h", h_r.stride()))
+        for name, strides in (("a", a_strides), ("b", _linear_view(b).stride()), ("h", h_r.stride()))
     })
     flags = dict(COMPLEX=complex_, HAS_RESETS=resets is not None, HAS_H0=h0 is not None, ACC=_acc(b.dtype),
                  A_PER_FEATURE=_per_feature(a))
@@ -198,15 +207,15 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
     # interpreter's copy-back of the unused alias).
     dummy = a_r
     if direction == "fwd":
-        b_r = _real(b)
+        b_r = _linear_view(b)
         launch(kernel, grid,
                a_r, b_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r,
                *sizes, *a_strides, *b_r.stride()[:3], *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
     else:
-        gh_r, ga_r, gb_r = _real(b), _real(grad_a), _real(grad_b)
+        gh_r, ga_r, gb_r = _linear_view(b), _linear_view(grad_a), _linear_view(grad_b)
         launch(kernel, grid,
                a_r, resets if resets is not None else dummy, h0_r if h0 is not None else dummy, h_r, gh_r, ga_r,
-               gb_r, _real(grad_h0) if grad_h0 is not None else dummy,
+               gb_r, _linear_view(grad_h0) if grad_h0 is not None else dummy,
                *sizes, *a_strides, *r_strides, *h_r.stride()[:3], *h0_strides, **flags)
 
 
@@ -294,7 +303,7 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
         a = expanded.reshape(flat)
     b = b.reshape(flat)
     if b.is_complex() and (a.stride(-1) != 1 or b.stride(-1) != 1):
-        a, b = a.contiguous(), b.contiguous()  # view_as_real needs unit stride on the last dim
+        a, b = a.contiguous(), b.contiguous()  # features contiguous: see _linear_view
     h0 = h0.reshape(shape[0], -1).contiguous() if h0 is not None else None
     resets = resets.to(device=b.device, dtype=torch.bool) if resets is not None else None
     return _linear_scan_op(a, b, h0, resets).reshape(shape)
