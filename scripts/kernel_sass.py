@@ -44,6 +44,27 @@ def loops(sass: str) -> list[dict]:
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
+def compile_cubin(launch, config: dict) -> bytes:
+    """The cubin of a captured launch (`seqssm.ops.triton_aot.capture`) under one autotune config, for the target
+    of the driver set active (`triton_aot._TargetDriver`)."""
+    import triton
+
+    with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()):
+        kernel = launch.jit_function().warmup(*launch.args, grid=launch.grid, **{**launch.kwargs, **config})
+    return kernel.asm["cubin"]
+
+
+def sass(cubin: bytes) -> str:
+    """A cubin's SASS, by the cuobjdump in triton's wheel."""
+    from seqssm.ops import triton_aot
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([triton_aot._triton_tool("cuobjdump"), "--dump-sass", f.name],
+                              capture_output=True, text=True, check=True).stdout
+
+
 def _tile_elements(config: dict, kwargs: dict) -> float:
     """Elements per thread of one tile: (channels x n), the selective forward's; (channels x steps), the selective
     backward's; (steps x features), the linear scan's."""
@@ -78,19 +99,12 @@ def main(argv=None) -> int:
             if not launch.kernel_name.startswith(("selective_scan", "linear_scan")):
                 continue
             for config in launch.configs():
-                with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()):
-                    kernel = launch.jit_function().warmup(*launch.args, grid=launch.grid,
-                                                          **{**launch.kwargs, **config})
-                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                    f.write(kernel.asm["cubin"])
-                    f.flush()
-                    sass = subprocess.run([triton_aot._triton_tool("cuobjdump"), "--dump-sass", f.name],
-                                          capture_output=True, text=True, check=True).stdout
-                found = loops(sass)
+                cubin = compile_cubin(launch, config)
+                found = loops(sass(cubin))
                 per_thread = _tile_elements(config, launch.kwargs)
                 tile = ("BLOCK_D", "BLOCK_F", "BLOCK_T", "STAGES", "num_warps")
                 rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items() if k in tile},
-                             "registers": triton_aot._resources(kernel.asm["cubin"])["registers"],
+                             "registers": triton_aot._resources(cubin)["registers"],
                              "tile_elements_per_thread": per_thread, "loops": found,
                              "per_element": round(found[0]["instructions"] / per_thread, 1) if found else None})
                 inner = found[0] if found else {}
