@@ -91,17 +91,18 @@ def _softplus(x, FAST: tl.constexpr):
 
 
 # ----------------------------------------------------------------------------------- linear scan
-# a, b, h are (batch, L, F) with strides in real elements; complex tensors come as their real views,
-# the imaginary part one element after the real one. Grid: batch x feature blocks of BLOCK_F, flattened.
+# a, b, h are (batch, L, F) with strides in elements of the tensors the kernels get: a real tensor as is, a complex64
+# one as int64 words (one per element), a complex128 one as its real view (the imaginary part one element after the
+# real one). Grid: batch x feature blocks of BLOCK_F, flattened.
 #
 # Each program walks its features' whole sequence, BLOCK_T steps at a time, in one warp (the autotuner's configs).
-# Its tiles are (features, steps). Where neither axis is known to be contiguous (a complex tensor's features are
-# 8 bytes apart, its steps a runtime stride apart), Triton puts the lanes along the tile's first axis, so each
-# thread holds all BLOCK_T steps of its feature (a lane spans BLOCK_F / 32 of them, and a feature's steps split over
-# 32 / BLOCK_F lanes where BLOCK_F is narrower than the warp); contiguous features keep the lanes there too. A
+# Its tiles are (features, steps), and their features are contiguous (a complex64 element being one word), so
+# Triton puts the lanes along the features: each thread holds all BLOCK_T steps of its features (a lane spans
+# BLOCK_F / 32 of them, and a feature's steps split over lanes where BLOCK_F is narrower than the warp's row). A
 # tile's scan then runs sequentially in registers with at most two shuffle levels, and no shared memory or barrier;
 # the loads of the next tiles are issued STAGES - 1 tiles ahead. With few rows (an RL update: 8 x 128 features),
-# the narrow blocks give more programs.
+# the narrow blocks give more programs. A complex128 tile's features are 2 reals apart, as uncontiguous as its
+# steps: which axis gets the lanes is then triton's tie-break (the features under 3.6, the steps under 3.9).
 
 
 @triton.jit
