@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import io
 import json
 import re
-import subprocess
 import sys
-import tempfile
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)[^;]*;")
 _BRANCH = re.compile(r"BRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
@@ -44,27 +40,6 @@ def loops(sass: str) -> list[dict]:
     return sorted(found, key=lambda loop: loop["instructions"])
 
 
-def compile_cubin(launch, config: dict) -> bytes:
-    """The cubin of a captured launch (`seqssm.ops.triton_aot.capture`) under one autotune config, for the target
-    of the driver set active (`triton_aot._TargetDriver`)."""
-    import triton
-
-    with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()):
-        kernel = launch.jit_function().warmup(*launch.args, grid=launch.grid, **{**launch.kwargs, **config})
-    return kernel.asm["cubin"]
-
-
-def sass(cubin: bytes) -> str:
-    """A cubin's SASS, by the cuobjdump in triton's wheel."""
-    from seqssm.ops import triton_aot
-
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([triton_aot._triton_tool("cuobjdump"), "--dump-sass", f.name],
-                              capture_output=True, text=True, check=True).stdout
-
-
 def _tile_elements(config: dict, kwargs: dict) -> float:
     """Elements per thread of one tile: (channels x n), the selective forward's; (channels x steps), the selective
     backward's; (steps x features), the linear scan's."""
@@ -84,7 +59,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import triton
-    from triton.runtime.driver import driver
 
     from seqssm.ops import triton_aot
 
@@ -92,15 +66,13 @@ def main(argv=None) -> int:
     if args.case not in cases:
         parser.error(f"no case {args.case!r}; the compile check's full and benchmark tiers have: {', '.join(cases)}")
     rows = []
-    previous = getattr(driver, "_active", None)
-    driver.set_active(triton_aot._TargetDriver(args.arch))
-    try:
+    with triton_aot.targeting(args.arch):
         for launch in triton_aot.capture(cases[args.case]):
             if not launch.kernel_name.startswith(("selective_scan", "linear_scan")):
                 continue
             for config in launch.configs():
-                cubin = compile_cubin(launch, config)
-                found = loops(sass(cubin))
+                cubin = triton_aot.compile_kernel(launch, config).asm["cubin"]
+                found = loops(triton_aot.cuobjdump(cubin, "--dump-sass"))
                 per_thread = _tile_elements(config, launch.kwargs)
                 tile = ("BLOCK_D", "BLOCK_F", "BLOCK_T", "STAGES", "num_warps")
                 rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items() if k in tile},
@@ -112,8 +84,6 @@ def main(argv=None) -> int:
                       f"{inner.get('instructions')} instructions ({inner.get('shfl')} shuffles, {inner.get('mufu')} "
                       f"special-function) for {per_thread:g} elements a thread: {rows[-1]['per_element']} each",
                       flush=True)
-    finally:
-        driver._active = previous
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"arch": args.arch, "case": args.case, "triton": triton.__version__, "rows": rows}, f, indent=1)

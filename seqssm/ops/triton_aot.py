@@ -354,14 +354,33 @@ def _triton_tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def _resources(cubin: bytes) -> dict:
-    """REG, STACK and SHARED of the cubin's kernel, as cuobjdump reports them."""
+def cuobjdump(cubin: bytes, option: str) -> str:
+    """What the cuobjdump in triton's wheel prints for a cubin with `option` (--dump-resource-usage, --dump-sass)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([_triton_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
-                             text=True, check=True).stdout
-    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", out))
+        return subprocess.run([_triton_tool("cuobjdump"), option, f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+@contextlib.contextmanager
+def targeting(arch: int):
+    """Triton's active driver a stand-in for sm_`arch` inside the block (compiles, never launches), the previous
+    one restored after."""
+    from triton.runtime.driver import driver
+
+    # Read without creating the default driver, which fails on a machine without a GPU.
+    previous = getattr(driver, "_active", None)
+    driver.set_active(_TargetDriver(arch))
+    try:
+        yield
+    finally:
+        driver._active = previous
+
+
+def _resources(cubin: bytes) -> dict:
+    """REG, STACK and SHARED of the cubin's kernel, as cuobjdump reports them."""
+    found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", cuobjdump(cubin, "--dump-resource-usage")))
     return {"registers": int(found["REG"]), "stack": int(found["STACK"]), "cubin_shared": int(found["SHARED"])}
 
 
@@ -401,26 +420,26 @@ class Result:
         return bool(self.stack) or bool(self.spill_stores)
 
 
+def compile_kernel(launch: Launch, config: dict, log: io.StringIO | None = None):
+    """`launch` compiled under one autotune config for the target `targeting` set (its `.asm["cubin"]`, its
+    `.metadata`); ptxas's report, with spill bytes, goes to `log` when given."""
+    import triton
+
+    with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(log or io.StringIO()):
+        if log is not None and hasattr(triton.knobs.nvidia, "dump_ptxas_log"):
+            triton.knobs.nvidia.dump_ptxas_log = True
+        return launch.jit_function().warmup(*launch.args, grid=launch.grid, **{**launch.kwargs, **config})
+
+
 def compile_launch(launch: Launch, arch: int) -> list[Result]:
     """Compile `launch` under each of its configs for sm_`arch` -> one Result per config."""
-    import triton
-    from triton.runtime.driver import driver
-
     results = []
-    fn = launch.jit_function()
-    # Read without creating the default driver, which fails on a machine without a GPU.
-    previous = getattr(driver, "_active", None)
-    driver.set_active(_TargetDriver(arch))
-    try:
+    with targeting(arch):
         for config in launch.configs():
-            kwargs = {**launch.kwargs, **config}
             start = time.perf_counter()
             log = io.StringIO()
             try:
-                with triton.knobs.nvidia.scope(), contextlib.redirect_stdout(log):
-                    if hasattr(triton.knobs.nvidia, "dump_ptxas_log"):  # ptxas's -v report, with spill bytes
-                        triton.knobs.nvidia.dump_ptxas_log = True
-                    kernel = fn.warmup(*launch.args, grid=launch.grid, **kwargs)
+                kernel = compile_kernel(launch, config, log)
             except Exception as err:  # a compile error is a result here, reported by `check`
                 results.append(Result(launch, arch, config, time.perf_counter() - start, error=_describe(err)))
                 continue
@@ -430,8 +449,6 @@ def compile_launch(launch: Launch, arch: int) -> list[Result]:
             if spills:
                 row.spill_stores, row.spill_loads = int(spills.group(1)), int(spills.group(2))
             results.append(row)
-    finally:
-        driver._active = previous
     return results
 
 

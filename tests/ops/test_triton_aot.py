@@ -261,23 +261,18 @@ def test_a_linear_tile_of_a_warps_row_scans_each_feature_in_one_thread(load_scri
     """The linear scan's widest tiles (64 complex64 or 128 float32 features a warp) hold each feature's steps in one
     thread under the triton installed: no shuffle in either kernel's loop (sm_90 SASS). Under triton 3.9 a complex
     tile read as two reals a feature had the lanes on the steps: 384 shuffles in the forward's loop."""
-    from triton.runtime.driver import driver
-
     kernel_sass = load_script("kernel_sass")
     [case] = [c for c in triton_aot.cases("full") + triton_aot.bench_cases() if c.name == case]
-    previous = getattr(driver, "_active", None)
-    driver.set_active(triton_aot._TargetDriver(90))
-    try:
-        checked = set()
+    checked = set()
+    with triton_aot.targeting(90):
         for launch in triton_aot.capture(case):
             if launch.kernel_name.startswith("linear_scan"):
                 [widest] = [c for c in launch.configs() if c["BLOCK_F"] == max(x["BLOCK_F"] for x in launch.configs())
                             and c["BLOCK_T"] == launch.configs()[0]["BLOCK_T"]]
-                [inner, *_] = kernel_sass.loops(kernel_sass.sass(kernel_sass.compile_cubin(launch, widest)))
+                cubin = triton_aot.compile_kernel(launch, widest).asm["cubin"]
+                [inner, *_] = kernel_sass.loops(triton_aot.cuobjdump(cubin, "--dump-sass"))
                 assert inner["shfl"] == 0, f"{launch.kernel_name} {widest}: {inner}"
                 checked.add(launch.kernel_name)
-    finally:
-        driver._active = previous
     assert checked == {"linear_scan_fwd", "linear_scan_bwd"}
 
 
