@@ -394,11 +394,11 @@ def linear_scan_bwd(
             a0r, a0i = _load_complex(a_ptr, a0_off, mask_f, ACC)
         else:
             a0r = tl.load(a_ptr + a0_off, mask=mask_f, other=0.0).to(ACC)
-            a0i = a0r
         if HAS_RESETS:
             reset0 = tl.load(resets_ptr + pid_b * s_rb) != 0
             a0r = tl.where(reset0, 0.0, a0r)
-            a0i = tl.where(reset0, 0.0, a0i)
+            if COMPLEX:
+                a0i = tl.where(reset0, 0.0, a0i)
         if COMPLEX:
             _store_complex(gh0_ptr, h0_off, carry_r * a0r + carry_i * a0i, carry_i * a0r - carry_r * a0i, mask_f)
         else:
