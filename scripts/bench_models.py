@@ -27,7 +27,8 @@ rounds. CUDA is synchronised around each timed run.
    --gen-dtype (default float32, so that tokens can be compared): seqssm's `generate`, eager and with
    `cuda_graph=True`; mamba_ssm's `generate(cg=True)` (its CUDA-graph decoding); transformers' `generate` with its
    kernels (on CPU, where it has none, on its torch path). One call per round, after a warm-up call of 3 new tokens
-   (mamba_ssm: of all, since it records its graph for one maximum length). tokens/s = batch x new tokens / the
+   (mamba_ssm: of all, since it records its graph for one maximum length); both CUDA-graph contenders record their
+   graph in the warm-up and replay it in the timed calls. tokens/s = batch x new tokens / the
    whole call (prompt included). Each row also gives the first step at which its tokens leave seqssm's eager ones
    (none: identical).
 
@@ -636,8 +637,8 @@ def part_generate(args, size: dict, folder: Path, device: torch.device) -> list[
             return run
 
         log(f"generate: batch {batch}, prompt {prompt_len}, {new} new tokens, {args.gen_dtype}")
-        # Warm-up: 3 new tokens (the prompt's scan and a captured step), but mamba_ssm all of them: it records its
-        # graph for one maximum length and records it again for a longer one.
+        # Warm-up: 3 new tokens (the prompt's scan and a captured step, which the model keeps for the timed calls),
+        # but mamba_ssm all of them: it records its graph for one maximum length and records it again for a longer one.
         warm = {name: entry(name, new if name == MAMBA_SSM else min(new, 3)) for name in generators}
         results = compete({name: entry(name, new) for name in generators}, device, 1, args.rounds, 1, warm)
         reference = outputs.get(SEQSSM)

@@ -111,6 +111,12 @@ def frozen_weights():
         _frozen.cache = None
 
 
+def frozen_systems() -> dict | None:
+    """The systems cached so far by the enclosing `frozen_weights()` block, None outside one. A CUDA graph recorded
+    inside the block reads them by address, so whatever keeps the graph past the block must keep them too."""
+    return getattr(_frozen, "cache", None)
+
+
 def step_system(layer: nn.Module, build: Callable[[torch.dtype], Any], dtype: torch.dtype):
     """build(dtype): the layer's parameter-only system for `step`, cached inside `frozen_weights()` when
     autograd is off (with autograd on, every call rebuilds it so gradients reach the parameters)."""

@@ -6,13 +6,24 @@ head) on tensors that stay at one address, so that CUDA can record it once as a 
 token, the idea of mamba_ssm's CUDA-graph decoding (Gu, Dao, "Mamba: Linear-Time Sequence Modeling with Selective
 State Spaces", 2023, and its reference implementation). Sampling stays outside the graph, in `sample_next`, so a
 graph decode draws from the same generator in the same order as the eager one and gives the same tokens.
+
+A model keeps its last recorded decoder for the next call, as mamba_ssm keeps its decoding cache: a new one costs an
+eager first step, two eager warm-up steps and a capture, each eager step as long as many replays. A later call
+replays it from its first step where nothing the recording depends on has changed (`_recording`): the weights'
+addresses and versions, the state's layout, autocast, float32 matmul precision, the backend choice and train / eval
+mode. Otherwise it records anew.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
+import weakref
 
 import torch
+
+from seqssm.layers.base import frozen_systems
 
 
 def _tensors(state) -> list[torch.Tensor]:
@@ -59,17 +70,24 @@ class StaticDecoder:
     """
 
     def __init__(self, model, state):
-        self.model = model
+        # Weakly: a model's kept decoder (`_KEPT`) must not keep the model alive.
+        self._model = weakref.ref(model)
         self.state = _clone(state)
         self._buffers = _tensors(self.state)
         batch = self._buffers[0].shape[0]
         self.tokens = torch.zeros(batch, dtype=torch.long, device=self._buffers[0].device)
         self.logits: torch.Tensor | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
+        self._systems: dict | None = None
+
+    def load(self, state) -> None:
+        """Copy `state` (of the buffers' shapes and dtypes) into the buffers: the next call steps from it."""
+        for buffer, value in zip(self._buffers, _tensors(state), strict=True):
+            buffer.copy_(value)
 
     def _run(self) -> torch.Tensor:
         """The step on the buffers: logits of `tokens`, and the next state written over the old one."""
-        logits, state = self.model._step(self.tokens, self.state)
+        logits, state = self._model()._step(self.tokens, self.state)
         new = _tensors(state)
         if len(new) != len(self._buffers) or any(
                 n.shape != b.shape or n.dtype != b.dtype for n, b in zip(new, self._buffers)):
@@ -102,9 +120,9 @@ class StaticDecoder:
         except RuntimeError as err:
             raise RuntimeError(f"cuda_graph=True: one decoding step of this model could not be captured as a CUDA "
                                f"graph ({err}); generate without cuda_graph") from err
-        self.graph, self.logits = graph, logits
-        for buffer, value in zip(self._buffers, _tensors(saved)):
-            buffer.copy_(value)
+        # The graph reads the frozen systems the warm-ups built by address: they must live as long as it does.
+        self.graph, self.logits, self._systems = graph, logits, frozen_systems()
+        self.load(saved)
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         self.tokens.copy_(tokens)
@@ -115,21 +133,58 @@ class StaticDecoder:
         return self.logits
 
 
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (recording, its last StaticDecoder)
+
+
+def _recording(model, state) -> tuple:
+    """What a recorded step depends on beside its buffers' values. The weights' addresses and version counters change
+    with `.to()`, a swapped parameter, an optimizer step or `load_state_dict`: the graph reads weights by address and
+    holds the systems `frozen_weights` built from them. Autocast, float32 matmul precision, the backend choice and
+    train / eval mode pick the kernels it recorded."""
+    device = _tensors(state)[0].device
+    return (tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers())),
+            tuple((t.shape, t.dtype, t.device) for t in _tensors(state)),
+            torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type),
+            torch.get_float32_matmul_precision(), os.environ.get("SEQSSM_BACKEND"), model.training)
+
+
+def _kept(model, state) -> StaticDecoder | None:
+    """The decoder `model` kept from an earlier call, loaded with `state`, if its recording still holds for it."""
+    recording, decoder = _KEPT.get(model, (None, None))
+    if decoder is None or recording != _recording(model, state):
+        return None
+    decoder.load(state)
+    return decoder
+
+
+def _static_decoder(model, state) -> StaticDecoder:
+    """A decoder stepping from `state` (one that came out of a step): the kept one if it still holds, else a new one,
+    recorded as a CUDA graph when the state is on CUDA and kept for later calls."""
+    decoder = _kept(model, state)
+    if decoder is None:
+        recording = _recording(model, state)
+        _KEPT.pop(model, None)  # free the old graph's memory before recording another
+        decoder = StaticDecoder(model, state)
+        if decoder.tokens.is_cuda:
+            decoder.capture()
+        _KEPT[model] = recording, decoder
+    return decoder
+
+
 def decode(model, logits: torch.Tensor, state, max_new_tokens: int, sample, static: bool = False) -> list[torch.Tensor]:
     """Tokens [(B, 1)] * max_new_tokens continuing a prompt whose last logits (B, vocab) and state are given: sample(
-    logits) picks each token, then one step gives the next logits. `static`: from the second step on, the steps run
-    in a `StaticDecoder`, replayed as a CUDA graph when the state is on CUDA (the first step runs eagerly, since a
-    prompt's state may be narrower than the state a step returns)."""
+    logits) picks each token, then one step gives the next logits. `static`: the steps run in a `StaticDecoder`,
+    replayed as a CUDA graph when the state is on CUDA. A decoder kept from an earlier call serves from the first
+    step where its buffers take the prompt's state as it is; a new one is built after one eager step, since a
+    prompt's state may be narrower than the state a step returns."""
     tokens, decoder = [], None
     for i in range(max_new_tokens):
         nxt = sample(logits)
         tokens.append(nxt[:, None])
         if i + 1 == max_new_tokens:
             break
-        if static and i == 1:
-            decoder = StaticDecoder(model, state)
-            if decoder.tokens.is_cuda:
-                decoder.capture()
+        if static and decoder is None and i <= 1:
+            decoder = _kept(model, state) if i == 0 else _static_decoder(model, state)
         if decoder is None:
             logits, state = model._step(nxt, state)  # ids it sampled itself: no range check
         else:

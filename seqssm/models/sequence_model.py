@@ -294,8 +294,10 @@ class SequenceModel(nn.Module):
 
         input_ids: integer ids in [0, vocab_size), shape (batch, L) with L >= 1 (a 1-D prompt is refused, not
         guessed to be batch 1: pass input_ids[None]); batch 0 gives (0, L + max_new_tokens). max_new_tokens >= 0,
-        temperature >= 0, top_k None or >= 1. cuda_graph (a model on CUDA): record one decoding step as a CUDA
-        graph at each call and replay it per token (`seqssm.models.decoding`); the same tokens, less launch overhead.
+        temperature >= 0, top_k None or >= 1. cuda_graph (a model on CUDA): replay one decoding step, recorded as a
+        CUDA graph, per token (`seqssm.models.decoding`); the same tokens, less launch overhead. The model keeps the
+        graph for its next call and records anew where the batch, dtypes, weights (moved or updated) or autocast
+        differ; it lives as long as the model.
         """
         if not self.is_lm:
             raise ValueError("generate needs a language model (vocab_size, no n_classes, pooling None)")

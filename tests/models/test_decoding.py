@@ -2,6 +2,8 @@
 replays give the tokens of eager decoding (on CUDA)."""
 
 import collections
+import gc
+import weakref
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from seqssm.layers import frozen_weights
 from seqssm.models import build, sample_next
+from seqssm.models import decoding
 from seqssm.models.decoding import StaticDecoder, _tensors, decode
 
 VOCAB = 13
@@ -71,6 +74,75 @@ def test_a_state_of_other_dtypes_than_a_step_returns_is_refused():
     wide = tuple(tuple(t.double() for t in block) for block in state)
     with pytest.raises(RuntimeError, match="returned a state of other shapes or dtypes"):
         StaticDecoder(model, wide)(torch.zeros(2, dtype=torch.long))
+
+
+def static_tokens(model, prompt, new_tokens=7, seed=5):
+    """Sampled tokens of a static decode from the prompt, and how many steps the StaticDecoder served."""
+    served = collections.Counter()
+    call = StaticDecoder.__call__
+
+    def counted(self, tokens):
+        served[self] += 1  # the decoder itself: an id could be reused once the old one is freed
+        return call(self, tokens)
+
+    generator = torch.Generator().manual_seed(seed)
+    with frozen_weights(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StaticDecoder, "__call__", counted)
+        logits, state = prefill(model, prompt)
+        tokens = decode(model, logits, state, new_tokens, lambda x: sample_next(x, 1.0, None, generator), static=True)
+    return torch.cat(tokens, 1), served
+
+
+def eager_tokens(model, prompt, new_tokens=7, seed=5):
+    return model.generate(prompt, new_tokens, 1.0, generator=torch.Generator().manual_seed(seed))[:, prompt.shape[1]:]
+
+
+@pytest.mark.parametrize("name", ["mamba-s6", "simple-s4d"])
+@torch.no_grad()
+def test_a_later_call_steps_from_its_first_token_in_the_decoder_the_model_kept(name):
+    """The first call steps once eagerly and builds a decoder for the other steps; the next call, with the same
+    batch, dtypes and weights, hands every step to that same decoder, and both give the eager tokens."""
+    model, prompt = tiny(name), torch.randint(0, VOCAB, (2, 4))
+    first, served = static_tokens(model, prompt)
+    [(kept, steps)] = served.items()
+    assert steps == 7 - 2  # step 1 eager, the last token needs no step
+    again, served = static_tokens(model, prompt)
+    assert dict(served) == {kept: 7 - 1}
+    assert torch.equal(first, eager_tokens(model, prompt)) and torch.equal(again, first)
+
+
+@torch.no_grad()
+def test_a_changed_weight_batch_or_dtype_gets_a_new_decoder_with_the_eager_tokens():
+    """What the kept decoder was built for changes: a weight updated in place (whose discretised system the decoder
+    holds: S4D's), another batch size, another dtype. Each time the decoder is built anew from an eager first step
+    and the tokens are those of eager decoding with the model as it now is."""
+    model, prompt = tiny("simple-s4d"), torch.randint(0, VOCAB, (2, 4))
+    _, served = static_tokens(model, prompt)
+    kept = set(served)
+
+    def check_rebuilt(prompt):
+        tokens, served = static_tokens(model, prompt)
+        assert len(served) == 1 and not set(served) & kept and sum(served.values()) == 7 - 2
+        kept.update(served)
+        assert torch.equal(tokens, eager_tokens(model, prompt))
+
+    model.backbone.layers[0].ssp.log_dt.add_(0.5)
+    check_rebuilt(prompt)
+    check_rebuilt(torch.randint(0, VOCAB, (3, 4)))
+    model.float()
+    check_rebuilt(torch.randint(0, VOCAB, (3, 4)))
+
+
+@torch.no_grad()
+def test_the_kept_decoder_does_not_keep_its_model_alive():
+    model = tiny("mamba-s6")
+    static_tokens(model, torch.randint(0, VOCAB, (2, 4)))
+    assert model in decoding._KEPT
+    gc.collect()  # earlier tests' models
+    ref, count = weakref.ref(model), len(decoding._KEPT)
+    del model
+    gc.collect()
+    assert ref() is None and len(decoding._KEPT) == count - 1
 
 
 class _Ops(TorchDispatchMode):
@@ -193,3 +265,35 @@ def test_a_step_that_waits_for_the_gpu_is_refused_before_capture():
             StaticDecoder(model, state).capture()
     assert torch.randint(0, VOCAB, (2,), device="cuda").shape == (2,)
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mamba-s6", "simple-s4d"])
+@torch.no_grad()
+def test_a_later_cuda_graph_call_replays_the_kept_graph_and_a_changed_weight_records_anew(name, monkeypatch):
+    """The second call records nothing: it replays the first call's graph, which reads the discretised systems the
+    first call's `frozen_weights` built. Those stay alive with the graph, so memory freed between the calls and
+    filled with NaNs changes no token. After the weights change in place, a call records a new graph."""
+    model = tiny(name, dtype=torch.float32, device="cuda")
+    prompt = torch.randint(0, VOCAB, (3, 5), device="cuda")
+    captures = []
+    capture = StaticDecoder.capture
+
+    def counted(self, *args, **kwargs):
+        captures.append(self)
+        return capture(self, *args, **kwargs)
+
+    monkeypatch.setattr(StaticDecoder, "capture", counted)
+
+    def generate(graph: bool) -> torch.Tensor:
+        return model.generate(prompt, 12, 1.0, generator=torch.Generator("cuda").manual_seed(11), cuda_graph=graph)
+
+    eager = generate(False)
+    assert torch.equal(generate(True), eager) and len(captures) == 1
+    nans = [torch.full((n,), float("nan"), device="cuda") for n in (4, 16, 32, 64, 128, 512) for _ in range(256)]
+    assert torch.equal(generate(True), eager) and len(captures) == 1
+    del nans
+    for p in model.parameters():
+        p.mul_(1.01)
+    eager = generate(False)
+    assert torch.equal(generate(True), eager) and len(captures) == 2
