@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import yaml
 from gymnasium import spaces

@@ -30,7 +30,7 @@ from seqssm.ops.backend import (
 )
 from seqssm.ops.checks import check_flags, check_floating
 from seqssm.ops.cuda_packages import mamba_scan_op
-from seqssm.ops.selective_chunked import _groups, selective_scan_chunked
+from seqssm.ops.selective_chunked import selective_scan_chunked
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
 # amortises its dispatch cost, small enough that the four buffers stay in a core's L2 cache.

@@ -22,7 +22,7 @@ from torch import Tensor
 from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
-from seqssm.ops.selective import _groups
+from seqssm.ops.selective_chunked import _groups
 
 # (BLOCK_F, BLOCK_T, STAGES) of the linear scan's one-warp tiles that the autotuner tries, by direction and for
 # complex or real inputs. Both kinds load along the features as vectors (a complex64 element as one 64-bit word,
