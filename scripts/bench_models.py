@@ -45,6 +45,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -301,8 +302,10 @@ def write_weights(size: dict, folder: Path) -> None:
     SequenceModel(seqssm_lm_config(size)).save_pretrained(folder, format="hf")
 
 
-def lm_models(folder: Path, device: torch.device, dtype: torch.dtype) -> dict:
-    """"seqssm", "mamba_ssm", "transformers" -> the model of `folder` in `dtype` on `device`, or its error text."""
+def lm_models(folder: Path, device: torch.device, dtype: torch.dtype,
+              names=(SEQSSM, MAMBA_SSM, "transformers")) -> dict:
+    """"seqssm", "mamba_ssm", "transformers" (those of `names`) -> the model of `folder` in `dtype` on `device`, or its
+    error text."""
     from seqssm.models import SequenceModel
 
     def hf():
@@ -312,11 +315,17 @@ def lm_models(folder: Path, device: torch.device, dtype: torch.dtype) -> dict:
         model.generation_config.eos_token_id = None  # random weights: never stop early
         return model
 
-    return load_contenders({
+    builders = {
         SEQSSM: lambda: SequenceModel.from_pretrained(folder).to(device, dtype),
         MAMBA_SSM: lambda: mamba_ssm_model(folder, device, dtype),
         "transformers": hf,
-    })
+    }
+    return load_contenders({name: builders[name] for name in names})
+
+
+# Each LM contender's model -> its forward: ids (B, L) -> logits (B, L, vocab).
+LM_FORWARDS = {SEQSSM: lambda m: m, MAMBA_SSM: lambda m: (lambda x: m(x).logits),
+               "transformers": lambda m: (lambda x: m(input_ids=x, use_cache=False).logits)}
 
 
 # ------------------------------------------------------------------------------------- 1. training steps
@@ -347,8 +356,6 @@ def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dic
     shapes = {"main": (batch, size["length"]), "torch": (batch, size["torch_path_length"])}
     data = {k: (torch.randint(0, vocab, s, device=device, generator=gen),
                 torch.randint(0, vocab, s, device=device, generator=gen)) for k, s in shapes.items()}
-    forwards = {SEQSSM: lambda m: m, MAMBA_SSM: lambda m: (lambda x: m(x).logits),
-                "transformers": lambda m: (lambda x: m(input_ids=x, use_cache=False).logits)}
     steps, resident = {}, {}
     for name, model in models.items():
         if isinstance(model, str):
@@ -356,7 +363,7 @@ def part_train(args, size: dict, folder: Path, device: torch.device) -> list[dic
             continue
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-        steps[name] = {k: train_step(model, forwards[name](model), optimizer, *data[k], device, autocast)
+        steps[name] = {k: train_step(model, LM_FORWARDS[name](model), optimizer, *data[k], device, autocast)
                        for k in shapes}
         resident[name] = (model, optimizer)
 
@@ -417,34 +424,93 @@ def profiled(fn, warmups: int, activities: list):
     return prof
 
 
-def kernel_table(step, rows: int = 40) -> str:
-    """The CUDA kernels of one step() after two warm-ups, as torch.profiler counts them: a table sorted by total
-    device time."""
-    from torch.profiler import ProfilerActivity
-
-    prof = profiled(step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+def kernel_table(prof, rows: int = 40) -> str:
+    """The CUDA kernels of a torch.profiler record: a table sorted by total device time."""
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=90)
 
 
+# Where a CUDA kernel's time goes, from its name, the first pattern that matches (lowercased): cuBLAS / CUTLASS
+# products and their split-K reductions; the scans and convs of seqssm's Triton kernels and of the CUDA peers;
+# copies before the elementwise kernels that carry them (direct_copy_kernel runs inside an elementwise one).
+KERNEL_CATEGORIES = (
+    ("selective scan", r"selective_scan|selective_step|selective_state_update"),
+    ("causal conv", r"causal_conv1d|conv1d_(fwd|bwd|step)"),
+    ("matmul", r"gemm|gemv|xmma|nvjet|cutlass|splitkreduce|dot_kernel|cublas"),
+    ("norm", r"norm"),
+    ("loss", r"softmax|nll_loss|cross_entropy"),
+    ("optimizer", r"adam|multi_tensor_apply"),
+    ("copy", r"copy|memcpy|cat_|catarray|transpose|permute"),
+    ("reduction", r"reduce"),
+    ("elementwise", r"elementwise|memset|fill"),
+)
+
+
+def kernel_category(name: str) -> str:
+    """The KERNEL_CATEGORIES entry a CUDA kernel's name falls in, or "other"."""
+    lowered = name.lower()
+    return next((category for category, pattern in KERNEL_CATEGORIES if re.search(pattern, lowered)), "other")
+
+
+def kernel_times(prof) -> dict[str, float]:
+    """Milliseconds of device time per kernel category (and "total") in a torch.profiler record."""
+    from torch.autograd import DeviceType
+
+    times = dict.fromkeys([*(c for c, _ in KERNEL_CATEGORIES), "other", "total"], 0.0)
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            ms = event.time_range.elapsed_us() / 1e3
+            times[kernel_category(event.name)] += ms
+            times["total"] += ms
+    return times
+
+
+def category_table(times: dict[str, dict[str, float]]) -> str:
+    """A markdown table: one row per kernel category, one column per contender (ms of one training step)."""
+    names = list(times)
+    lines = ["| kernels | " + " | ".join(f"{n} ms" for n in names) + " |", "|---" * (len(names) + 1) + "|"]
+    for category in next(iter(times.values())):
+        lines.append(f"| {category} | " + " | ".join(f"{times[n][category]:.2f}" for n in names) + " |")
+    return "\n".join(lines)
+
+
 def profile_train(args, size: dict, folder: Path, device: torch.device, out: Path) -> str:
-    """The CUDA kernels of one seqssm training step (Triton scans), of one step of each S4D stack (part 2), and of
-    one decoding step, written to out/profile.txt."""
+    """The CUDA kernels of one training step of the mamba-130m-sized model for seqssm (`auto`, and every op on
+    Triton) and mamba_ssm, side by side by kernel category, then each contender's top kernels; one step of each S4D
+    stack (part 2); and one decoding step's kernels. Written to out/profile.txt."""
+    from torch.profiler import ProfilerActivity
+
     needs_cuda(device, "--profile")
-    model = lm_models(folder, device, torch.float32)[SEQSSM]
+    models = lm_models(folder, device, torch.float32, names=(SEQSSM, MAMBA_SSM))
     gen = torch.Generator(device).manual_seed(1)
     shape = (size["batch"], size["length"])
     inputs, targets = (torch.randint(0, size["vocab_size"], shape, device=device, generator=gen) for _ in range(2))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step = train_step(model, model, optimizer, inputs, targets, device, autocast=True)
-    with seqssm_backend("triton"):
-        parts = [f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast, Triton scans\n"
-                 f"{kernel_table(step)}"]
-    decode = decode_launches(model.eval(), inputs[:1, :8])
-    del model, optimizer, step
+    tables, times = [], {}
+    for name, model_name, backend in ((SEQSSM, SEQSSM, None), (SEQSSM_TRITON, SEQSSM, "triton"),
+                                      (MAMBA_SSM, MAMBA_SSM, None)):
+        model = models[model_name]
+        if isinstance(model, str):
+            tables.append(f"{name}: {model}")
+            continue
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        step = train_step(model.train(), LM_FORWARDS[model_name](model), optimizer, inputs, targets, device,
+                          autocast=True)
+        with seqssm_backend(backend) if backend else contextlib.nullcontext():
+            prof = profiled(step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        times[name] = kernel_times(prof)
+        tables.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast\n"
+                      f"{kernel_table(prof)}")
+        del optimizer, step, prof
+        free_memory()
+    parts = [f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast: device time by kernel "
+             f"(categories: KERNEL_CATEGORIES in scripts/bench_models.py)\n{category_table(times)}"] if times else []
+    parts += tables
+    decode = decode_launches(models[SEQSSM].eval(), inputs[:1, :8]) if not isinstance(models[SEQSSM], str) else ""
+    del models
     free_memory()
     s4d, shape = s4d_steps(args, size, device)[0], (size["s4d"]["batch"], size["s4d"]["length"])
     for name, s4d_step in s4d.items():
-        table = s4d_step if isinstance(s4d_step, str) else kernel_table(s4d_step, rows=25)
+        table = s4d_step if isinstance(s4d_step, str) else kernel_table(
+            profiled(s4d_step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA]), rows=25)
         parts.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, float32\n{table}")
     text = "\n\n".join([*parts, decode])
     out.mkdir(parents=True, exist_ok=True)
@@ -722,8 +788,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=3, help="training steps timed together per round")
     p.add_argument("--profile", action="store_true",
-                   help="instead of the parts: the CUDA kernels of one seqssm training step and those one decoding "
-                        "step launches, into OUT/profile.txt")
+                   help="instead of the parts: the CUDA kernels of one training step of seqssm and mamba_ssm (by "
+                        "category, side by side), of each S4D stack, and those one decoding step launches, into "
+                        "OUT/profile.txt")
     p.add_argument("--s4-peer", default=str(REPO / ".peers" / "s4d.py"),
                    help="the S4 authors' models/s4/s4d.py (state-spaces/s4); its row is an error when missing")
     args = p.parse_args(argv)

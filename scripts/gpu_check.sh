@@ -25,8 +25,9 @@
 # 5. The GPU tests, except the stress shapes (slow): pytest -m "gpu and not slow", Triton autotuning off
 #    (each config of each small variant would be a compile).
 # 6. bench_models.py --device cuda: whole models beside the peers -> OUT/bench_models/
-# 7. One profiled training step of the mamba-130m-sized model and of each S4D stack: their top CUDA kernels; and
-#    the kernels of one decoding step -> OUT/profile/
+# 7. One profiled training step of the mamba-130m-sized model (seqssm auto, seqssm on Triton, mamba_ssm: device
+#    time by kernel category side by side, then each one's top kernels) and of each S4D stack; and the kernels of
+#    one decoding step -> OUT/profile/
 # 8. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
 # 9. bench_ssd.py --device cuda: Mamba-2's SSD scan, triton and chunked beside mamba_ssm -> OUT/bench_ssd.*
 set -uo pipefail
@@ -108,7 +109,7 @@ run bench-scan 130 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --c
 run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     -m "gpu and not slow" tests
 run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
-run profile 40 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+run profile 60 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
 run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
 run bench-ssd 90 "$PYTHON" scripts/bench_ssd.py --device cuda --repeats 5 --warmup-max 6 --out "$OUT/bench_ssd.json"

@@ -109,3 +109,41 @@ def test_mamba_ssm_weights_take_its_lm_keys(bench):
     assert {"backbone.embedding.weight", "backbone.norm_f.weight", "backbone.layers.1.mixer.A_log",
             "backbone.layers.0.mixer.in_proj.weight", "backbone.layers.0.norm.weight"} <= set(weights)
     assert sorted(t.data_ptr() for t in weights.values()) == sorted(t.data_ptr() for t in own.values())
+
+
+@pytest.mark.parametrize("name,category", [
+    ("void selective_scan_fwd_kernel<Selective_Scan_fwd_kernel_traits<32, 4, true, true, true, false, "
+     "c10::BFloat16, float> >(SSMParamsBase)", "selective scan"),
+    ("selective_scan_bwd", "selective scan"),
+    ("void causal_conv1d_bwd_kernel<Causal_conv1d_bwd_kernel_traits<128, 4, true, true, c10::BFloat16, float> >"
+     "(ConvParamsBwd)", "causal conv"),
+    ("conv1d_fwd", "causal conv"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+     "__5x_cublas", "matmul"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "matmul"),
+    ("_layer_norm_bwd_kernel", "norm"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+     "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)", "loss"),
+    ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, "
+     "float*, float const*, long const*, float const*, bool, long, long, long, long)", "loss"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<5>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 5, "
+     "(at::native::ADAM_MODE)1, false>>", "optimizer"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>", "copy"),
+    ("Memcpy DtoD (Device -> Device)", "copy"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+     "at::native::sum_functor<float, float, float>::operator()>, unsigned int, float, 4, 4> >", "reduction"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+     "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)", "elementwise"),
+    ("void at::native::embedding_backward_feature_kernel<float, float, long>", "other"),
+])
+def test_a_kernel_falls_in_the_category_its_name_says(bench, name, category):
+    assert bench.kernel_category(name) == category
+
+
+def test_the_category_table_has_a_row_per_category_and_a_column_per_contender(bench):
+    times = {name: dict(matmul=1.0 + i, copy=0.25, total=1.25 + i) for i, name in enumerate(("seqssm", "mamba_ssm"))}
+    lines = bench.category_table(times).splitlines()
+    assert lines[0] == "| kernels | seqssm ms | mamba_ssm ms |" and lines[1] == "|---|---|---|"
+    assert lines[2:] == ["| matmul | 1.00 | 2.00 |", "| copy | 0.25 | 0.25 |", "| total | 1.25 | 2.25 |"]
