@@ -32,6 +32,21 @@ from seqssm.ops.checks import check_flags, check_floating
 _SLICE_TARGET = 1 << 12
 
 
+def _broadcast_shape(x: torch.Size, y: torch.Size) -> torch.Size:
+    """The broadcast of two shapes; RuntimeError where they do not broadcast."""
+    if torch.compiler.is_compiling():
+        return torch.broadcast_shapes(x, y)  # symbolic sizes, decided without guards
+    # torch.broadcast_shapes runs its symbolic-shape reference in eager too: about 40 us a call, twice per scan
+    # (the op's checks and the backend's), most of a linear_scan call's host time before its kernel.
+    sizes = []
+    for i in range(1, max(len(x), len(y)) + 1):
+        m, n = (x[-i] if i <= len(x) else 1), (y[-i] if i <= len(y) else 1)
+        if m != n and m != 1 and n != 1:
+            raise RuntimeError(f"size {m} against {n} at dimension {-i}")
+        sizes.append(n if m == 1 else m)
+    return torch.Size(sizes[::-1])
+
+
 def broadcast_inputs(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
     """Check the inputs and bring a, b to one dtype and b's broadcast shape (a as an expanded view)
     -> (a, b, initial_state); resets are only checked."""
@@ -39,7 +54,7 @@ def broadcast_inputs(a: torch.Tensor, b: torch.Tensor, initial_state, resets):
         raise InputShapeError(f"linear_scan: b must be (batch, L, ...), got {tuple(b.shape)}")
     dtype = torch.promote_types(a.dtype, b.dtype)
     try:
-        shape = torch.broadcast_shapes(a.shape, b.shape)
+        shape = _broadcast_shape(a.shape, b.shape)
     except RuntimeError as err:
         raise InputShapeError(f"linear_scan: a {tuple(a.shape)} does not broadcast against b {tuple(b.shape)}") from err
     a = a.to(dtype).expand(shape)

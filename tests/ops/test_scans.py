@@ -47,6 +47,20 @@ def test_linear_scan_broadcast_a_and_complex_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b, h0: linear_scan(a, b, h0, resets, backend="torch"), (a, b, h0))
 
 
+def test_linear_scans_shape_broadcast_is_torchs():
+    """The eager shape rule of linear_scan's inputs (torch.broadcast_shapes costs tens of microseconds a call)
+    gives torch.broadcast_shapes' shape, or fails where it fails."""
+    shapes = [(), (1,), (3,), (1, 1, 5), (2, 1, 5), (2, 3, 1), (4, 2, 3, 5), (0,), (2, 0, 5), (1, 0, 1)]
+    for x, y in itertools.product(map(torch.Size, shapes), repeat=2):
+        try:
+            expected = torch.broadcast_shapes(x, y)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                linear_scan_module._broadcast_shape(x, y)
+        else:
+            assert linear_scan_module._broadcast_shape(x, y) == expected, (x, y)
+
+
 def test_linear_scan_reset_equals_separate_pieces():
     a, b = torch.rand(1, 20, 2, dtype=torch.float64), torch.randn(1, 20, 2, dtype=torch.float64)
     resets = torch.zeros(1, 20, dtype=torch.bool)
