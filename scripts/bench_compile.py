@@ -6,10 +6,11 @@
     python scripts/bench_compile.py --breaks-only --out runs/graph_breaks               # graph breaks only (fast)
 
 Families: the named models of `seqssm.models.build` (simple-s4, simple-s4d, mamba-s4, mamba-s4d, mamba-s6 and
-their -bi / -rope variants) and the RL cores core-s5 and core-mingru (`seqssm.rl.core`, residual blocks). For each:
+their -bi / -rope variants, mamba2-ssd and mamba2-ssd-bi) and the RL cores core-s5 and core-mingru
+(`seqssm.rl.core`, residual blocks). For each:
 
-1. graph breaks: `torch._dynamo.explain` on a tiny copy (d_model 16, 2 layers, batch 2, L 32): a model's forward
-   on token ids, a core's `scan` with resets and an initial state. It calls only public functions, so it measures
+1. graph breaks: `torch._dynamo.explain` on a tiny copy (d_model 16, 2 layers, batch 2, L 32) on --device: a
+   model's forward on token ids, a core's `scan` with resets and an initial state. It calls only public functions, so it measures
    other checkouts too: PYTHONPATH=path/to/checkout python scripts/bench_compile.py --breaks-only ...
 2. unless --breaks-only: a training step (forward, loss, backward, AdamW step) at --d-model, --n-layers, --batch,
    --length, eager and with the module compiled by inductor (fullgraph=True; AOTAutograd compiles its backward;
@@ -23,6 +24,7 @@ their -bi / -rope variants) and the RL cores core-s5 and core-mingru (`seqssm.rl
 
 CPU runs use --threads torch threads (default 1), CUDA is synchronised around each timed step. A family that fails
 is a row with its error. Output: DIR/bench_compile.json and DIR/bench_compile.md, rewritten after every family.
+The exit status is 1 where a family failed or its graph broke.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import copy
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -43,7 +46,7 @@ from torch._dynamo.utils import counters
 MODEL_FAMILIES = (
     "simple-s4", "simple-s4d", "simple-s4-rope", "simple-s4d-rope",
     "mamba-s4", "mamba-s4d", "mamba-s6", "mamba-s4-bi", "mamba-s4d-bi", "mamba-s6-bi",
-    "mamba-s4-rope", "mamba-s4d-rope", "mamba-s6-rope",
+    "mamba-s4-rope", "mamba-s4d-rope", "mamba-s6-rope", "mamba2-ssd", "mamba2-ssd-bi",
 )
 CORE_FAMILIES = ("core-s5", "core-mingru")
 CLASSES = 10
@@ -65,16 +68,17 @@ def core_inputs(batch: int, length: int, d_model: int, device) -> tuple:
     return torch.randn(batch, length, d_model, device=device), torch.rand(batch, length, device=device) < 0.05
 
 
-def graph_breaks(name: str) -> dict:
-    """Graph breaks that `torch._dynamo.explain` finds in the tiny model's forward (a core's scan), with reasons."""
+def graph_breaks(name: str, device: torch.device) -> dict:
+    """Graph breaks that `torch._dynamo.explain` finds in the tiny model's forward (a core's scan) on `device`, with
+    reasons: on CUDA the ops take other backends (Triton, the CUDA peers), each a custom op of its own."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    module = build_family(name, 16, 2, vocab_size=CLASSES)
+    module = build_family(name, 16, 2, vocab_size=CLASSES).to(device)
     if name.startswith("core-"):
-        x, resets = core_inputs(2, 32, 16, "cpu")
-        explanation = torch._dynamo.explain(module.scan)(x, module.initial_state(2), resets)
+        x, resets = core_inputs(2, 32, 16, device)
+        explanation = torch._dynamo.explain(module.scan)(x, module.initial_state(2, device=device), resets)
     else:
-        explanation = torch._dynamo.explain(module)(torch.randint(0, CLASSES, (2, 32)))
+        explanation = torch._dynamo.explain(module)(torch.randint(0, CLASSES, (2, 32), device=device))
     reasons = sorted({str(b.reason).splitlines()[0] for b in explanation.break_reasons})
     return {"graph_breaks": explanation.graph_break_count, "break_reasons": reasons}
 
@@ -190,7 +194,7 @@ def main(argv=None) -> dict:
     for name in args.families:
         row = {"family": name}
         try:
-            row.update(graph_breaks(name))
+            row.update(graph_breaks(name, device))
             if not args.breaks_only:
                 row.update(step_times(name, args, device))
         except Exception as err:  # a family that fails is reported, the others still run
@@ -203,5 +207,10 @@ def main(argv=None) -> dict:
     return result
 
 
+def failed(result: dict) -> bool:
+    """A family failed or broke its graph."""
+    return any("error" in row or row.get("graph_breaks") for row in result["rows"])
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if failed(main()) else 0)

@@ -11,7 +11,8 @@
 #   WHEELS                wheels installed first, without an index: mamba_ssm and causal_conv1d from
 #                         scripts/build_cuda_peers.sh (default build/cuda-peers/wheels when it exists)
 #   STEPS                 the steps to run (default all) among compile-check, bench-scan, gpu-tests, bench-models,
-#                         profile, bench-compile, bench-ssd: STEPS="gpu-tests bench-models" reruns those two
+#                         profile, graph-breaks, bench-compile, bench-ssd: STEPS="gpu-tests bench-models" reruns
+#                         those two
 #   TRITON_CACHE_ARCHIVE  a .tar.xz of a Triton cache to start from (default .gpu/triton-cache.tar.xz when it
 #                         exists), made under the GPU machine's triton release: python -m seqssm.ops.triton_aot
 #                         --tier bench --arch 90 --cache .gpu/triton-cache && tar -C .gpu -cJf
@@ -28,8 +29,10 @@
 # 7. One profiled training step of the mamba-130m-sized model (seqssm auto, seqssm on Triton, mamba_ssm: device
 #    time by kernel category side by side, then each one's top kernels) and of each S4D stack; and the kernels of
 #    one decoding step -> OUT/profile/
-# 8. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
-# 9. bench_ssd.py --device cuda: Mamba-2's SSD scan, triton and chunked beside mamba_ssm -> OUT/bench_ssd.*
+# 8. bench_compile.py --device cuda --breaks-only: graph breaks of every model family and RL core on CUDA, where the
+#    ops take the Triton and CUDA peers' custom ops -> OUT/graph_breaks/
+# 9. bench_compile.py --device cuda on mamba-s6: compiled vs eager -> OUT/bench_compile/
+# 10. bench_ssd.py --device cuda: Mamba-2's SSD scan, triton and chunked beside mamba_ssm -> OUT/bench_ssd.*
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/gpu_check}"
@@ -110,6 +113,7 @@ run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:c
     -m "gpu and not slow" tests
 run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
 run profile 60 "$PYTHON" scripts/bench_models.py --device cuda --profile --out "$OUT/profile"
+run graph-breaks 40 "$PYTHON" scripts/bench_compile.py --device cuda --breaks-only --out "$OUT/graph_breaks"
 run bench-compile 60 "$PYTHON" scripts/bench_compile.py --device cuda --families mamba-s6 --repeats 5 \
     --out "$OUT/bench_compile"
 run bench-ssd 90 "$PYTHON" scripts/bench_ssd.py --device cuda --repeats 5 --warmup-max 6 --out "$OUT/bench_ssd.json"
