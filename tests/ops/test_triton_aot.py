@@ -123,6 +123,20 @@ def test_the_judge_reports_spills_and_registers():
     assert "every config spills" in problem
 
 
+def test_a_kernel_compiled_again_in_one_process_reports_its_spill_bytes_again(tmp_path):
+    """As a second compile_all in one process compiles: each in a fresh Triton cache, the kernel already compiled in
+    this process's memory. ptxas must run again, since its report is where the spill bytes come from."""
+    case = triton_aot.Case("spilling", "selective", torch.float32, dict(N=16))
+    x = torch.empty(256 * 256, device="meta")
+    results = []
+    for run in ("first", "second"):
+        with triton.knobs.cache.scope():
+            triton.knobs.cache.dir = str(tmp_path / run)
+            launch = _launch(_many_registers, (x, 4), dict(BLOCK=64, num_warps=1), case)
+            results += triton_aot.compile_launch(launch, 90)
+    assert results[0].spill_stores and results[1].spill_stores == results[0].spill_stores
+
+
 def _fake_compiles(launches, fail_at=None, die_at=None):
     """A compile_share that 'compiles' position p into one result of launches[p], arch p (and config {"p": p}); it
     raises at fail_at and kills its own process at die_at."""
