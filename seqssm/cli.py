@@ -154,8 +154,14 @@ def generate(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="auto (default: CUDA when available, else CPU), cpu, cuda, "
                         "cuda:N")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="on CUDA: replay each decoding step as one recorded CUDA graph (the same tokens, far less "
+                             "launch overhead per token; not for models with attention layers)")
     ns = parser.parse_args(argv)
     device = resolve_device(ns.device)
+    if ns.cuda_graph and device.type != "cuda":
+        raise UsageError(f"--cuda-graph replays CUDA graphs, but the model runs on {device}: give --device cuda (or "
+                         "auto on a machine with CUDA), or leave --cuda-graph out")
     try:  # the same checks as SequenceModel.generate, before anything is loaded, naming the options
         check_max_new_tokens(ns.max_new_tokens, "--max-new-tokens")
         check_temperature(ns.temperature, "--temperature")
@@ -176,8 +182,12 @@ def generate(argv: list[str]) -> None:
     if outside:
         raise UsageError(f"--prompt has token ids outside the model's vocabulary [0, {model.vocab_size}): "
                          f"{', '.join(map(str, outside[:8]))}")
+    if ns.cuda_graph and model.config.attn_layer_idx:
+        raise UsageError(f"--cuda-graph replays one graph on fixed-size states, and {ns.path} has attention layers "
+                         "whose cache grows with every token: leave --cuda-graph out")
     out = model.generate(torch.tensor([ids], device=device), ns.max_new_tokens, temperature=ns.temperature,
-                         top_k=ns.top_k, generator=torch.Generator(device).manual_seed(ns.seed))[0].tolist()
+                         top_k=ns.top_k, generator=torch.Generator(device).manual_seed(ns.seed),
+                         cuda_graph=ns.cuda_graph)[0].tolist()
     print(tokenizer.decode(out) if tokenizer else " ".join(map(str, out)))
 
 

@@ -99,6 +99,8 @@ def lm_dir(lm, tmp_path_factory):
     (["--prompt", "-2 3"], f"--prompt has token ids outside the model's vocabulary [0, {VOCAB}): -2"),
     (["--prompt", "   "], "--prompt encodes to no tokens: give at least one"),
     (["--prompt", "hello"], "so --prompt must be token ids"),
+    (["--cuda-graph", "--device", "cpu"], "--cuda-graph replays CUDA graphs, but the model runs on cpu: give --device "
+                                          "cuda"),
 ])
 def test_the_command_gives_one_line_and_exit_code_2(lm_dir, capsys, args, message):
     argv = ["generate", str(lm_dir), "--prompt", "1 2", *args]
@@ -132,5 +134,13 @@ def test_the_command_samples_on_the_device_it_is_given(lm, lm_dir, capsys):
 def test_the_command_generates_on_cuda_by_default(lm, lm_dir, capsys):
     main(["generate", str(lm_dir), "--prompt", "1 2 3", "--max-new-tokens", "4"])
     expected = SequenceModel.from_pretrained(lm_dir).eval().cuda().generate(torch.tensor([[1, 2, 3]]).cuda(), 4,
+                                                                             temperature=0)
+    assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
+
+
+@pytest.mark.gpu
+def test_the_command_decodes_with_a_cuda_graph_when_asked(lm, lm_dir, capsys):
+    main(["generate", str(lm_dir), "--prompt", "1 2 3", "--max-new-tokens", "6", "--cuda-graph"])
+    expected = SequenceModel.from_pretrained(lm_dir).eval().cuda().generate(torch.tensor([[1, 2, 3]]).cuda(), 6,
                                                                              temperature=0)
     assert capsys.readouterr().out.split() == [str(i) for i in expected[0].tolist()]
