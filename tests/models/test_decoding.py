@@ -133,6 +133,23 @@ def test_a_changed_weight_batch_or_dtype_gets_a_new_decoder_with_the_eager_token
     check_rebuilt(torch.randint(0, VOCAB, (3, 4)))
 
 
+def test_inference_mode_and_an_inference_mode_model_get_their_own_decoders():
+    """Buffers made under inference mode cannot be written outside it, so a call outside it after one inside it
+    builds a new decoder; a model made under inference mode (its weights keep no version counter) decodes too."""
+    model, prompt = tiny("mamba-s6"), torch.randint(0, VOCAB, (2, 4))
+    with torch.inference_mode():
+        inside, served_inside = static_tokens(model, prompt)
+    with torch.no_grad():
+        outside, served_outside = static_tokens(model, prompt)
+    assert not set(served_inside) & set(served_outside)
+    assert torch.equal(inside, outside) and torch.equal(outside, eager_tokens(model, prompt))
+    with torch.inference_mode():
+        model = tiny("mamba-s6")
+        first, _ = static_tokens(model, prompt)
+        again, served = static_tokens(model, prompt)
+    assert torch.equal(first, again) and sum(served.values()) == 7 - 1
+
+
 @torch.no_grad()
 def test_the_kept_decoder_does_not_keep_its_model_alive():
     model = tiny("mamba-s6")
