@@ -10,8 +10,8 @@ graph decode draws from the same generator in the same order as the eager one an
 A model keeps its last recorded decoder for the next call, as mamba_ssm keeps its decoding cache: a new one costs an
 eager first step, two eager warm-up steps and a capture, each eager step as long as many replays. A later call
 replays it from its first step where nothing the recording depends on has changed (`_recording`): the weights'
-addresses and versions, the state's layout, autocast, float32 matmul precision, the backend choice, train / eval
-mode and inference mode. Otherwise it records anew.
+addresses and versions, the state's layout, autocast, float32 matmul precision, deterministic algorithms, the
+backend choice, train / eval mode and inference mode. Otherwise it records anew.
 """
 
 from __future__ import annotations
@@ -139,16 +139,16 @@ _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (reco
 def _recording(model, state) -> tuple:
     """What a recorded step depends on beside its buffers' values. The weights' addresses and version counters change
     with `.to()`, a swapped parameter, an optimizer step or `load_state_dict`: the graph reads weights by address and
-    holds the systems `frozen_weights` built from them. Autocast, float32 matmul precision, the backend choice and
-    train / eval mode pick the kernels it recorded. Buffers made under inference mode cannot be written outside it."""
+    holds the systems `frozen_weights` built from them. Autocast, float32 matmul precision, deterministic algorithms,
+    the backend choice and train / eval mode pick the kernels it recorded. Buffers made under inference mode cannot be written outside it."""
     device = _tensors(state)[0].device
     # Inference tensors keep no version counter: a weight made under inference mode is keyed by its address alone.
     return (tuple((t.data_ptr(), None if t.is_inference() else t._version)
                   for t in itertools.chain(model.parameters(), model.buffers())),
             tuple((t.shape, t.dtype, t.device) for t in _tensors(state)),
             torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type),
-            torch.get_float32_matmul_precision(), os.environ.get("SEQSSM_BACKEND"), model.training,
-            torch.is_inference_mode_enabled())
+            torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled(),
+            os.environ.get("SEQSSM_BACKEND"), model.training, torch.is_inference_mode_enabled())
 
 
 def _kept(model, state) -> StaticDecoder | None:
