@@ -67,13 +67,15 @@ class RoPE(nn.Module):
         """positions (...) long -> angles (..., dim/2)."""
         return positions.to(dtype).unsqueeze(-1) * self.frequencies(dtype)
 
-    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
-        """cos and sin of the angles, each (..., dim) with every angle repeated for its pair."""
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, step: bool = False):
+        """cos and sin of the angles, each (..., dim) with every angle repeated for its pair. step: the positions of
+        one step, (B,)."""
         if self.trainable:
             ang = self.angles(positions, torch.promote_types(dtype, torch.float32)).repeat_interleave(2, dim=-1)
             return ang.cos().to(dtype), ang.sin().to(dtype)
-        if torch.compiler.is_compiling():
-            # The table's size follows the largest position, a value a graph cannot branch on: compute the rows.
+        if step or torch.compiler.is_compiling():
+            # The table's size follows the largest position, read on the CPU: a value a graph cannot branch on, and
+            # on CUDA a wait for the device that keeps a decoding step out of a CUDA graph. Compute the rows.
             return self._fixed_cos_sin(positions, dtype)
         needed = int(positions.max()) + 1 if positions.numel() else 1
         cache = self._cache
@@ -91,7 +93,7 @@ class RoPE(nn.Module):
         """x (B, L, dim) [or (B, dim) with positions (B,)], positions (B, L) or (L,) long (default 0..L-1) -> rotated x."""
         if positions is None:
             positions = torch.arange(x.shape[-2], device=x.device)
-        cos, sin = self._cos_sin(positions, x.dtype)
+        cos, sin = self._cos_sin(positions, x.dtype, step=x.ndim == 2)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack([-x2, x1], dim=-1).flatten(-2)
         return x * cos + rotated * sin

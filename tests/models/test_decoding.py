@@ -175,6 +175,20 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("name", NAMES)
+@torch.no_grad()
+def test_a_decoding_step_reads_no_value_on_the_cpu(name):
+    """What a CUDA graph cannot record: a step that reads a tensor's value on the CPU (on CUDA, a wait for the
+    device). RoPE's step computes its few angles rather than sizing a table by the largest position."""
+    model = tiny(name)
+    with frozen_weights():
+        _, state = prefill(model, torch.randint(0, VOCAB, (2, 5)))
+        ops = _Ops()
+        with ops:
+            model._step(torch.randint(0, VOCAB, (2,)), state)
+    assert not {"_local_scalar_dense", "item"} & set(ops.counts), ops.counts
+
+
 @pytest.mark.parametrize("name", ["mamba-s6", "mamba2-ssd"])
 @torch.no_grad()
 def test_a_mamba_step_on_the_triton_backends_is_two_kernels_a_layer_and_the_torch_paths_logits(name, monkeypatch):
@@ -233,7 +247,7 @@ def test_a_mamba_s6_block_step_launches_at_most_eight_kernels_beside_its_norm_on
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [n for n in NAMES if "rope" not in n])  # RoPE's step reads a position on the CPU
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("temperature,top_k", [(0.0, None), (1.0, 4)])
 @torch.no_grad()
 def test_cuda_graph_decoding_gives_the_eager_tokens(name, temperature, top_k):
