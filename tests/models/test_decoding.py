@@ -175,7 +175,7 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [*NAMES, "simple-s4", "mamba-s4-rope", "mamba2-ssd"])
 @torch.no_grad()
 def test_a_decoding_step_reads_no_value_on_the_cpu(name):
     """What a CUDA graph cannot record: a step that reads a tensor's value on the CPU (on CUDA, a wait for the
