@@ -480,16 +480,26 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
     from torch.profiler import ProfilerActivity
 
     needs_cuda(device, "--profile")
+    out.mkdir(parents=True, exist_ok=True)
     models = lm_models(folder, device, torch.float32, names=(SEQSSM, MAMBA_SSM))
     gen = torch.Generator(device).manual_seed(1)
     shape = (size["batch"], size["length"])
     inputs, targets = (torch.randint(0, size["vocab_size"], shape, device=device, generator=gen) for _ in range(2))
-    tables, times = [], {}
+    times, parts = {}, []
+
+    def write() -> str:
+        # Rewritten after every part: a run stopped by its time limit keeps what it profiled.
+        head = [f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast: device time by kernel "
+                f"(categories: KERNEL_CATEGORIES in scripts/bench_models.py)\n{category_table(times)}"] if times else []
+        text = "\n\n".join([*head, *parts])
+        (out / "profile.txt").write_text(text + "\n")
+        return text
+
     for name, model_name, backend in ((SEQSSM, SEQSSM, None), (SEQSSM_TRITON, SEQSSM, "triton"),
                                       (MAMBA_SSM, MAMBA_SSM, None)):
         model = models[model_name]
         if isinstance(model, str):
-            tables.append(f"{name}: {model}")
+            parts.append(f"{name}: {model}")
             continue
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         step = train_step(model.train(), LM_FORWARDS[model_name](model), optimizer, inputs, targets, device,
@@ -497,25 +507,22 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
         with seqssm_backend(backend) if backend else contextlib.nullcontext():
             prof = profiled(step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
         times[name] = kernel_times(prof)
-        tables.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast\n"
-                      f"{kernel_table(prof)}")
+        parts.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast\n"
+                     f"{kernel_table(prof)}")
         del optimizer, step, prof
         free_memory()
-    parts = [f"one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast: device time by kernel "
-             f"(categories: KERNEL_CATEGORIES in scripts/bench_models.py)\n{category_table(times)}"] if times else []
-    parts += tables
-    decode = decode_launches(models[SEQSSM].eval(), inputs[:1, :8]) if not isinstance(models[SEQSSM], str) else ""
+        write()
+    if not isinstance(models[SEQSSM], str):
+        parts.append(decode_launches(models[SEQSSM].eval(), inputs[:1, :8]))
+        write()
     del models
     free_memory()
-    s4d, shape = s4d_steps(args, size, device)[0], (size["s4d"]["batch"], size["s4d"]["length"])
+    s4d, s4d_shape = s4d_steps(args, size, device)[0], (size["s4d"]["batch"], size["s4d"]["length"])
     for name, s4d_step in s4d.items():
         table = s4d_step if isinstance(s4d_step, str) else kernel_table(
             profiled(s4d_step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA]), rows=25)
-        parts.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, float32\n{table}")
-    text = "\n\n".join([*parts, decode])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "profile.txt").write_text(text + "\n")
-    return text
+        parts.append(f"{name}: one training step, batch {s4d_shape[0]} x length {s4d_shape[1]}, float32\n{table}")
+    return write()
 
 
 def decode_launches(model, prompt: torch.Tensor) -> str:

@@ -147,3 +147,34 @@ def test_the_category_table_has_a_row_per_category_and_a_column_per_contender(be
     lines = bench.category_table(times).splitlines()
     assert lines[0] == "| kernels | seqssm ms | mamba_ssm ms |" and lines[1] == "|---|---|---|"
     assert lines[2:] == ["| matmul | 1.00 | 2.00 |", "| copy | 0.25 | 0.25 |", "| total | 1.25 | 2.25 |"]
+
+
+def test_the_profile_writes_each_part_and_the_category_table(bench, tmp_path, monkeypatch):
+    """--profile runs on CUDA only; here its CUDA pieces are stood in for (no device check, a CPU profiler record)
+    so that its parts run through on a tiny size: the category table's columns, every contender's part (mamba_ssm's
+    error where it does not import), the decoding step and both S4D stacks, in profile.txt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def cpu_profiled(fn, warmups, activities):
+        for _ in range(warmups):
+            fn()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        return prof
+
+    monkeypatch.setattr(bench, "needs_cuda", lambda device, what: None)
+    monkeypatch.setattr(bench, "profiled", cpu_profiled)
+    peer = tmp_path / "s4d.py"
+    peer.write_text(STAND_IN_PEER)
+    args = bench.parse_args(["--device", "cpu", "--size", "tiny", "--s4-peer", str(peer), "--out", str(tmp_path)])
+    size = bench.SIZES["tiny"]
+    bench.write_weights(size, tmp_path / "weights")
+    text = bench.profile_train(args, size, tmp_path / "weights", torch.device("cpu"), tmp_path / "profile")
+    assert (tmp_path / "profile" / "profile.txt").read_text() == text + "\n"
+    head = text.splitlines()
+    assert head[0].startswith(f"one training step, batch {size['batch']} x length {size['length']}, bf16 autocast")
+    assert head[1].startswith(f"| kernels | {bench.SEQSSM} ms | {bench.SEQSSM_TRITON} ms |")
+    for part in (f"{bench.SEQSSM}: one training step", f"{bench.SEQSSM_TRITON}: one training step",
+                 f"{bench.MAMBA_SSM}: ", "one decoding step, batch 1", f"{bench.S4D_SEQSSM}: one training step",
+                 f"{bench.S4D_PEER}: one training step"):
+        assert part in text, part
