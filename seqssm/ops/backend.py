@@ -19,8 +19,8 @@ gradients for all its inputs, and masks (right padding in RL) reach the ops as i
 the selective scan; a = 1, b = 0 for the linear scan), so neither is a capability.
 
 Adding a backend: write the op's full public signature in one module and `register` it beside
-the op, naming the function "module:function" so that its imports (triton, a CUDA extension)
-happen only when it first runs.
+the op, naming the function "module:function" (a module of seqssm) so that its imports (triton, a
+CUDA extension) happen only when it first runs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+import seqssm
 
 log = logging.getLogger("seqssm.ops")
 
@@ -94,25 +96,28 @@ class Backend:
         """The implementation: `target`, or the function that "module:function" names, imported on first use."""
         if callable(self.target):
             return self.target
-        _import(self.target)
-        return _IMPORTED[self.target]
+        module, name = self.target.split(":")
+        _import(module)
+        # From the package down through module attributes, which dynamo reads as they are: a dict such as sys.modules
+        # it copies once per graph, blind to what _import adds while it traces (a graph's second module imported so
+        # was a KeyError, and a graph break).
+        return getattr(functools.reduce(getattr, module.split(".")[1:], seqssm), name)
 
 
 _REGISTRY: dict[str, list[Backend]] = {}
-_IMPORTED: dict[str, Callable] = {}  # "module:function" -> the function
 
 
 @torch.compiler.assume_constant_result
-def _import(target: str) -> bool:
-    """Import the function "module:function" into `_IMPORTED` (once, and outside any graph dynamo traces)."""
-    if target not in _IMPORTED:
-        module, name = target.split(":")
-        _IMPORTED[target] = getattr(importlib.import_module(module), name)
+def _import(module: str) -> bool:
+    """Import `module` (outside any graph dynamo traces: dynamo calls this once while tracing)."""
+    importlib.import_module(module)
     return True
 
 
 def register(backend: Backend) -> Backend:
     """Add `backend` to its op's list; "auto" prefers earlier registrations."""
+    if isinstance(backend.target, str) and not backend.target.startswith("seqssm."):
+        raise ValueError(f"backend target {backend.target!r}: a \"module:function\" target lies inside seqssm")
     impls = _REGISTRY.setdefault(backend.op, [])
     if any(b.name == backend.name for b in impls):
         raise ValueError(f"backend {backend.name!r} is already registered for {backend.op}")

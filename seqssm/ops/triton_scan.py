@@ -382,8 +382,12 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     # tune_rows and tune_length key the autotuner: rows of programs, and L to the next power of two.
     sizes = (dim, e, length, n, batch * groups, triton.next_power_of_2(length))
     strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
-    # u stands for absent optional tensors and empty buffers (never read or written).
-    tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets, *buffers)]
+    # u stands for absent optional inputs (never read). An empty buffer (never written) gets an element of its own:
+    # while timing configs the autotuner zeroes or restores some buffers in place (`_forward_tuned`), and on u that
+    # bumps the version of a tensor autograd saved, whose backward then fails.
+    spare = u.new_empty(1) if any(not b.numel() for b in buffers) else None
+    tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets)]
+    tensors += [b if b.numel() else spare for b in buffers]
     strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
     launch(kernel, grid, *tensors, *sizes, *strides, **flags)
 

@@ -1,6 +1,7 @@
 """The backend registry: what "auto", SEQSSM_BACKEND and explicit choices pick, and the errors they give."""
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -119,3 +120,28 @@ def test_seqssm_imports_and_runs_without_triton():
         "assert 'triton' not in [m for m in sys.modules if sys.modules[m] is not None and m.startswith('triton')]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_backends_imported_while_dynamo_traces_stay_in_one_graph():
+    """Two ops whose backends ("module:function") are first imported inside one traced graph: no graph break. A
+    dict that the import filled was read by dynamo as it stood before, and the second lookup was a KeyError and a
+    break (Mamba-2 on CUDA, the Triton conv then the Triton SSD scan). A fresh process, so that neither is imported."""
+    pytest.importorskip("triton", reason="triton (the [triton] extra) is not installed")
+    code = (
+        "import torch\n"
+        "from seqssm.ops import causal_conv1d, selective_scan\n"
+        "def f(x, w, delta, A, B):\n"
+        "    return selective_scan(causal_conv1d(x, w, backend='triton'), delta, A, B, B, backend='triton')\n"
+        "x, delta = torch.randn(1, 2, 5), torch.rand(1, 2, 5)\n"
+        "explained = torch._dynamo.explain(f)(x, torch.randn(2, 4), delta, -torch.rand(2, 3), torch.randn(1, 3, 5))\n"
+        "print(explained.graph_count, explained.graph_break_count)\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    assert result.stdout.split()[-2:] == ["1", "0"], result.stdout + result.stderr
+
+
+def test_a_backend_imported_on_first_use_lies_inside_seqssm():
+    with pytest.raises(ValueError, match="inside seqssm"):
+        register(Backend("selective_scan", "elsewhere", "json:dumps"))
+    assert "elsewhere" not in backends("selective_scan")

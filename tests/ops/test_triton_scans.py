@@ -340,3 +340,32 @@ def test_selective_scan_triton_gradient_through_the_last_state_alone(device):
         zero = torch.zeros_like(x)
         torch.testing.assert_close(zero if g_fast is None else g_fast, zero if g_ref is None else g_ref,
                                    **TOL[torch.float64])
+
+
+def _as_the_autotuner_does(kernel, grid, *args, **kwargs):
+    """A launch treated as Triton's autotuner treats it while timing configs (nothing run): its `reset_to_zero`
+    arguments zeroed and its `restore_value` ones copied back, each an in-place op on a torch tensor."""
+    if hasattr(kernel, "configs"):
+        named = dict(zip(kernel.arg_names, args))
+        for name in kernel.reset_to_zero:
+            named[name].zero_()
+        for name in kernel.restore_value:
+            named[name].copy_(named[name].clone())
+
+
+@pytest.mark.parametrize("return_last,with_state", [(False, False), (True, False), (False, True)])
+def test_selective_autotuning_touches_no_tensor_autograd_saved(monkeypatch, return_last, with_state):
+    """The autotuner's in-place resets land on the kernels' own buffers, never on an input: on u (the stand-in for
+    an empty buffer once) they bumped its version, and the backward of anything that saved u failed (a Mamba
+    block's x_proj, in a training step on the Triton backend)."""
+    from seqssm.ops.triton_loader import recording
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    inp = _selective_inputs(SELECTIVE_MAX_CHUNK + 1, 0, "", with_state, torch.float32, torch.device("cpu"))
+    u = inp.pop("u") * 1.0
+    square = u * u  # saves u before the scan runs, as a Mamba block's x_proj saves the conv's output
+    with recording(_as_the_autotuner_does):
+        out = selective_scan(u, **inp, delta_softplus=True, return_last_state=return_last, backend="triton")
+        y = out[0] if return_last else out
+        (y.sum() + square.sum()).backward()  # raises if the forward's tuning bumped u's version
+    assert inp["delta"].grad is not None and inp["A"].grad is not None
