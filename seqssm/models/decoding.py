@@ -151,10 +151,11 @@ def _recording(model, state) -> tuple:
             os.environ.get("SEQSSM_BACKEND"), model.training, torch.is_inference_mode_enabled())
 
 
-def _kept(model, state) -> StaticDecoder | None:
-    """The decoder `model` kept from an earlier call, loaded with `state`, if its recording still holds for it."""
-    recording, decoder = _KEPT.get(model, (None, None))
-    if decoder is None or recording != _recording(model, state):
+def _kept(model, state, recording: tuple) -> StaticDecoder | None:
+    """The decoder `model` kept from an earlier call, loaded with `state`, if it was kept for `recording` (state's
+    `_recording`)."""
+    kept, decoder = _KEPT.get(model, (None, None))
+    if decoder is None or kept != recording:
         return None
     decoder.load(state)
     return decoder
@@ -163,9 +164,9 @@ def _kept(model, state) -> StaticDecoder | None:
 def _static_decoder(model, state) -> StaticDecoder:
     """A decoder stepping from `state` (one that came out of a step): the kept one if it still holds, else a new one,
     recorded as a CUDA graph when the state is on CUDA and kept for later calls."""
-    decoder = _kept(model, state)
+    recording = _recording(model, state)
+    decoder = _kept(model, state, recording)
     if decoder is None:
-        recording = _recording(model, state)
         _KEPT.pop(model, None)  # free the old graph's memory before recording another
         decoder = StaticDecoder(model, state)
         if decoder.tokens.is_cuda:
@@ -187,7 +188,7 @@ def decode(model, logits: torch.Tensor, state, max_new_tokens: int, sample, stat
         if i + 1 == max_new_tokens:
             break
         if static and decoder is None and i <= 1:
-            decoder = _kept(model, state) if i == 0 else _static_decoder(model, state)
+            decoder = _kept(model, state, _recording(model, state)) if i == 0 else _static_decoder(model, state)
         if decoder is None:
             logits, state = model._step(nxt, state)  # ids it sampled itself: no range check
         else:
