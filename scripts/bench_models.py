@@ -464,6 +464,44 @@ def kernel_times(prof) -> dict[str, float]:
     return times
 
 
+# Host calls that wait for the device: while one runs, nothing new is queued, and the device idles once it drains.
+_HOST_WAITS = re.compile(r"^cuda(Stream|Device|Event)Synchronize$|^cudaMemcpy(Async)?$|^cudaStreamWaitEvent$")
+
+
+def device_idle(events, gaps: int = 12) -> str:
+    """Where the device waited during a torch.profiler record's `events` (FunctionEvents): its busy time (the union of
+    its kernels, copies and sets) against their span, the largest gaps between them, each named by the host op that
+    launched the work after it (the device event's linked correlation id), and the host calls that wait for the
+    device. A step whose kernels take less than its span is waiting on the host."""
+    from torch.autograd import DeviceType
+
+    work = sorted((e for e in events if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    if not work:
+        return "device idle: no device events"
+    ops = {e.id: e.name for e in events if e.device_type == DeviceType.CPU and not e.linked_correlation_id}
+    busy, end, found = 0.0, work[0].time_range.start, []
+    for e in work:
+        start, stop = e.time_range.start, e.time_range.end
+        if start > end:
+            found.append((start - end, end, ops.get(e.linked_correlation_id, "?"), e.name))
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    span = end - work[0].time_range.start
+    waits: dict[str, list[float]] = {}
+    for e in events:
+        if e.device_type == DeviceType.CPU and _HOST_WAITS.match(e.name):
+            waits.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    lines = [f"device idle: span {span / 1e3:.2f} ms, busy {busy / 1e3:.2f} ms, idle {(span - busy) / 1e3:.2f} ms "
+             f"in {len(found)} gaps, {len(work)} device events",
+             "host calls that wait for the device: " + (", ".join(
+                 f"{name} x{len(us)} ({sum(us) / 1e3:.2f} ms)" for name, us in sorted(waits.items())) or "none"),
+             "largest gaps (us, at ms after the first device event, the host op that launched the next work, "
+             "its kernel):"]
+    for gap, at, op, kernel in sorted(found, reverse=True)[:gaps]:
+        lines.append(f"  {gap:9.1f} us at {(at - work[0].time_range.start) / 1e3:9.3f} ms  {op}  ->  {kernel[:80]}")
+    return "\n".join(lines)
+
+
 def category_table(times: dict[str, dict[str, float]]) -> str:
     """A markdown table: one row per kernel category, one column per contender (ms of one training step)."""
     names = list(times)
@@ -475,7 +513,8 @@ def category_table(times: dict[str, dict[str, float]]) -> str:
 
 def profile_train(args, size: dict, folder: Path, device: torch.device, out: Path) -> str:
     """The CUDA kernels of one training step of the mamba-130m-sized model for seqssm (`auto`, and every op on
-    Triton) and mamba_ssm, side by side by kernel category, then each contender's top kernels; one step of each S4D
+    Triton) and mamba_ssm, side by side by kernel category, then each contender's idle device time (`device_idle`)
+    and top kernels; one step of each S4D
     stack (part 2); and one decoding step's kernels. Written to out/profile.txt."""
     from torch.profiler import ProfilerActivity
 
@@ -508,7 +547,7 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
             prof = profiled(step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
         times[name] = kernel_times(prof)
         parts.append(f"{name}: one training step, batch {shape[0]} x length {shape[1]}, bf16 autocast\n"
-                     f"{kernel_table(prof)}")
+                     f"{device_idle(prof.events())}\n{kernel_table(prof)}")
         del optimizer, step, prof
         free_memory()
         write()

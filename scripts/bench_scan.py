@@ -8,7 +8,8 @@ run and reading peak memory from torch's allocator: S6 `selective_scan` at the s
 (batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16,
 batch 8 x L 2048 and batch 2 x L 8192; there also the forward alone, "selective_scan_forward") and at an RL
 update's width (batch 8, d_inner 128, L 1024), with and without resets, for "triton" (and "triton@N" at other
-chunk lengths, --chunks), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
+chunk lengths, --chunks; "triton/unsegmented" with the forward's programs walking the whole sequence, not cut
+into time segments), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
 `selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
 PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
 and `causal_conv1d` with SiLU ("torch" with and without resets, the causal_conv1d package's kernels and the
@@ -283,7 +284,7 @@ def cuda_suite(args) -> dict:
 
     peaks = device_peaks()
     mamba_fn, mamba_missing = mamba_selective_scan()
-    default_chunk = triton_scan.SELECTIVE_MAX_CHUNK
+    default_chunk, default_segment = triton_scan.SELECTIVE_MAX_CHUNK, triton_scan._forward_segment
     s6_shapes = {f"thesis-{L}": dict(batch=32, dim=232, N=16, L=L) for L in (1024, 4096, 16384)}
     s6_shapes.update({"mamba130m-2048": dict(batch=8, dim=1536, N=16, L=2048),
                       "mamba130m-8192": dict(batch=2, dim=1536, N=16, L=8192),
@@ -303,8 +304,8 @@ def cuda_suite(args) -> dict:
             # mamba_ssm and triton one after the other, so that the pair the targets compare runs back to back
             # "mamba_ssm" is the peer as its users call it (its selective_scan_fn); "seqssm:mamba_ssm" the same
             # kernels through seqssm's backend
-            for backend in ("mamba_ssm", "triton", *(f"triton@{c}" for c in args.chunks if c != default_chunk),
-                            "seqssm:mamba_ssm", "torch"):
+            for backend in ("mamba_ssm", "triton", "triton/unsegmented",
+                            *(f"triton@{c}" for c in args.chunks if c != default_chunk), "seqssm:mamba_ssm", "torch"):
                 if "mamba_ssm" in backend and with_resets:
                     continue  # mamba_ssm takes no resets
                 if "mamba_ssm" in backend and mamba_fn is None:
@@ -313,21 +314,25 @@ def cuda_suite(args) -> dict:
                     continue
                 if backend == "torch" and (L > 4096 or args.skip_torch):
                     continue  # minutes per run at the thesis's L = 16384; the targets compare at L <= 4096
-                name_, _, chunk = backend.removeprefix("seqssm:").partition("@")
+                name_, _, chunk = backend.removeprefix("seqssm:").removesuffix("/unsegmented").partition("@")
                 if backend == "mamba_ssm":
                     fn = lambda: mamba_fn(u, delta, A, B, C, D, z, bias, True)  # noqa: E731
                 else:
                     fn = lambda backend=name_, resets=resets: selective_scan(  # noqa: E731
                         u, delta, A, B, C, D, z, bias, True, resets=resets, backend=backend)
                 triton_scan.SELECTIVE_MAX_CHUNK = int(chunk) if chunk else default_chunk
+                if backend.endswith("/unsegmented"):  # the forward's programs walk the whole sequence
+                    triton_scan._forward_segment = lambda u, groups, n: u.shape[-1]
                 try:
                     record("selective_scan", name, shape, with_resets, backend, fn, params,
                            repeats=min(args.repeats, 3) if backend == "torch" else args.repeats, limit=limit)
-                    if backend in ("mamba_ssm", "triton") and name.startswith("mamba130m") and not with_resets:
+                    if (backend.partition("/")[0] in ("mamba_ssm", "triton") and name.startswith("mamba130m")
+                            and not with_resets):
                         # the forward alone (inference, prefill): where the two kernels' designs differ most
                         record("selective_scan_forward", name, shape, False, backend, fn, params, backward=False)
                 finally:
                     triton_scan.SELECTIVE_MAX_CHUNK = default_chunk
+                    triton_scan._forward_segment = default_segment
 
     b, L, modes = 8, 1024, 128
     a = (0.99 * torch.exp(1j * torch.rand(1, 1, modes, device=device))).to(torch.complex64).requires_grad_()

@@ -6,7 +6,7 @@ The case's launches are captured as the compile check captures them (`seqssm.ops
 benchmark tier), every autotune config is compiled for sm_ARCH by the triton installed, and the cubin is
 disassembled with the cuobjdump in triton's wheel. Each loop (a backward branch) is reported with its instructions,
 and among them the warp shuffles, special-function ops, global loads and stores and barriers; `per_element` divides
-the innermost loop's instructions by the elements of a tile each thread holds (the selective forward: (channel, n)
+the step loop's instructions (`step_loop`) by the elements of a tile each thread holds (the selective forward: (channel, n)
 pairs of one step; the selective backward: (channel, step) pairs of one state; the linear scan: (feature, step)
 pairs). These are static counts of issued instructions, not times: they say where a kernel spends its issue slots
 and shuffles, not how long it waits.
@@ -38,6 +38,12 @@ def loops(sass: str) -> list[dict]:
             found.append({"range": f"{start:#x}-{address:#x}", "instructions": sum(ops.values()),
                           **{k.lower(): ops[k] for k in ("SHFL", "MUFU", "LDG", "STG", "BAR")}})
     return sorted(found, key=lambda loop: loop["instructions"])
+
+
+def step_loop(found: list[dict]) -> dict:
+    """The loop that takes the scan's steps: the innermost one with special-function ops (each step's
+    exponentials), since a loop without any (the forward's fold of its segments' summaries) takes none."""
+    return next((loop for loop in found if loop["mufu"]), found[0] if found else {})
 
 
 def _tile_elements(config: dict, kwargs: dict) -> float:
@@ -75,12 +81,13 @@ def main(argv=None) -> int:
                 found = loops(triton_aot.cuobjdump(cubin, "--dump-sass"))
                 per_thread = _tile_elements(config, launch.kwargs)
                 tile = ("BLOCK_D", "BLOCK_F", "BLOCK_T", "STAGES", "num_warps")
-                rows.append({"kernel": launch.kernel_name, "config": {k: v for k, v in config.items() if k in tile},
+                inner = step_loop(found)
+                name = launch.kernel_name + (" (summary pass)" if launch.kwargs.get("SUMMARY") else "")
+                rows.append({"kernel": name, "config": {k: v for k, v in config.items() if k in tile},
                              "registers": triton_aot._resources(cubin)["registers"],
                              "tile_elements_per_thread": per_thread, "loops": found,
-                             "per_element": round(found[0]["instructions"] / per_thread, 1) if found else None})
-                inner = found[0] if found else {}
-                print(f"{launch.kernel_name} {rows[-1]['config']}: {rows[-1]['registers']} registers, innermost loop "
+                             "per_element": round(inner["instructions"] / per_thread, 1) if inner else None})
+                print(f"{name} {rows[-1]['config']}: {rows[-1]['registers']} registers, step loop "
                       f"{inner.get('instructions')} instructions ({inner.get('shfl')} shuffles, {inner.get('mufu')} "
                       f"special-function) for {per_thread:g} elements a thread: {rows[-1]['per_element']} each",
                       flush=True)

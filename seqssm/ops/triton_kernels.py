@@ -562,26 +562,34 @@ def _store_column(ptr, slots, n, tile, rows, column, mask_d):
 
 @triton.jit
 def selective_scan_fwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, resets_ptr, y_ptr, starts_ptr, last_ptr,
-    dim, e, length, n_state, tune_rows, tune_length,
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, resets_ptr, h0_ptr, y_ptr, starts_ptr, last_ptr,
+    summary_ptr, dim, e, length, n_state, tune_rows, tune_length,
     s_ub, s_ud, s_ut, s_db, s_dd, s_dt, s_zb, s_zd, s_zt, s_Ad, s_An,
-    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt, s_ob, s_od,
+    s_Bb, s_Bg, s_Bd, s_Bn, s_Bt, s_Cb, s_Cg, s_Cd, s_Cn, s_Ct, s_rb, s_rt, s_ob, s_od, segment,
     B_VARIABLE: tl.constexpr, C_VARIABLE: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     HAS_RESETS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_H0: tl.constexpr,
-    WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr,
+    WRITE_LAST: tl.constexpr, STORE_STARTS: tl.constexpr, SUMMARY: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, STAGES: tl.constexpr, ACC: tl.constexpr, FAST: tl.constexpr,
 ):
     """y = (Σ_n C_n h_n + D u) silu(z) (batch, dim, L), strides (s_ob, s_od, 1), in y's dtype.
 
     Every program holds the state of its BLOCK_D channels, all N of it, as a (BLOCK_D, BLOCK_N) tile in registers
-    from the first step to the last, and takes one step at a time: h = exp(Δ A) h + Δ B u, y = Σ_n C h. There is
-    no scan: the batch rows, channels and states give the GPU enough independent recurrences, and each step's
-    loads are issued STAGES - 1 steps ahead. B and C come state-contiguous ((batch, groups, L, N) memory), which
-    also lays the tile out with a few states in each thread and the channels across lanes. With HAS_H0 the
-    state starts from last (batch, dim, N); with WRITE_LAST it ends there; with STORE_STARTS the state entering
-    every chunk of CHUNK steps (the backward's) goes to starts (batch, chunks, dim, N). tune_rows and
-    tune_length are read by the autotuner's key only."""
+    and takes one step at a time: h = exp(Δ A) h + Δ B u, y = Σ_n C h. There is no scan within a segment: the
+    batch rows, channels and states give the GPU many independent recurrences, and each step's loads are issued
+    STAGES - 1 steps ahead. B and C come state-contiguous ((batch, groups, L, N) memory), which also lays the tile
+    out with a few states in each thread and the channels across lanes.
+
+    Time is cut into segments of `segment` steps (a multiple of CHUNK), the grid's second axis, so that few rows
+    still make enough programs. With SUMMARY a program walks its segment from zero (segment 0 from h0) and writes
+    what the segment does to a state entering it, h -> decay h + end, to summary_ptr (batch, segments - 1,
+    2, dim, N): end, and decay = exp(A Σ Δ), 0 after a reset. Without SUMMARY a program folds the summaries of the
+    segments before its own into its starting state (h0 for the first) and writes y; with STORE_STARTS the state
+    entering every chunk of CHUNK steps (the backward's) goes to starts (batch, chunks, dim, N); with WRITE_LAST
+    the last segment's final state goes to last (batch, dim, N). h0 (batch, dim, N) is read with HAS_H0.
+    tune_rows and tune_length are read by the autotuner's key only."""
     pid_b, pid_g, d0, d, offs_d, mask_d = _program(dim, e, BLOCK_D)
+    seg = tl.program_id(1)
+    segments = tl.num_programs(1) + SUMMARY  # the summary pass has no program for the last segment
     n = tl.arange(0, BLOCK_N)[None, :]
     mask_n = n < n_state
     mask_dn = mask_d[:, None] & mask_n
@@ -592,22 +600,31 @@ def selective_scan_fwd(
         B = tl.load(B_ptr + d[:, None] * s_Bd + n * s_Bn, mask=mask_dn, other=0.0).to(ACC)
     if not C_VARIABLE:
         C = tl.load(C_ptr + d[:, None] * s_Cd + n * s_Cn, mask=mask_dn, other=0.0).to(ACC)
-    # This program's (channel, n) in a (batch, dim, N) tensor, and in its row of chunk starts.
+    # This program's (channel, n) in a (batch, dim, N) tensor, in its row of chunk starts, and in the summaries.
     chan_state = offs_d[:, None] * n_state + n
     state_off = (pid_b * dim + d0) * n_state + chan_state
     starts_row = starts_ptr + pid_b * ((length + CHUNK - 1) // CHUNK) * dim * n_state + d0 * n_state + chan_state
+    summary_row = summary_ptr + pid_b * (segments - 1) * 2 * dim * n_state + d0 * n_state + chan_state
     h = tl.full([BLOCK_D, BLOCK_N], 0.0, ACC)
     if HAS_H0:
-        h = tl.load(last_ptr + state_off, mask=mask_dn, other=0.0).to(ACC)
+        h = tl.where(seg == 0, tl.load(h0_ptr + state_off, mask=mask_dn, other=0.0).to(ACC), 0.0)
+    if not SUMMARY:
+        for j in range(0, seg):
+            slot = summary_row + tl.cast(j, tl.int64) * 2 * dim * n_state
+            h = tl.load(slot + dim * n_state, mask=mask_dn, other=0.0) * h + tl.load(slot, mask=mask_dn, other=0.0)
+    t_begin = seg * segment
+    t_end = tl.minimum(t_begin + segment, length)
+    dt_sum = tl.full([BLOCK_D], 0.0, ACC)
+    cleared = seg < 0  # a reset within the segment (summary pass)
     u_row = u_ptr + pid_b * s_ub + d0 * s_ud + offs_d * s_ud
     dt_row = delta_ptr + pid_b * s_db + d0 * s_dd + offs_d * s_dd
     z_row = z_ptr + pid_b * s_zb + d0 * s_zd + offs_d * s_zd
     y_row = y_ptr + pid_b * s_ob + d0 * s_od + offs_d * s_od
     B_row = B_ptr + pid_b * s_Bb + pid_g * s_Bg + n * s_Bn
     C_row = C_ptr + pid_b * s_Cb + pid_g * s_Cg + n * s_Cn
-    for t in tl.range(0, length, num_stages=STAGES):
+    for t in tl.range(t_begin, t_end, num_stages=STAGES):
         t64 = tl.cast(t, tl.int64)
-        if STORE_STARTS:
+        if STORE_STARTS and not SUMMARY:
             if t % CHUNK == 0:
                 tl.store(starts_row + tl.cast(t // CHUNK, tl.int64) * dim * n_state, h, mask=mask_dn)
         u = tl.load(u_row + t64 * s_ut, mask=mask_d, other=0.0).to(ACC)
@@ -618,23 +635,35 @@ def selective_scan_fwd(
             dt = _softplus(dt, FAST)
         if B_VARIABLE:
             B = tl.load(B_row + t64 * s_Bt, mask=mask_n, other=0.0).to(ACC)
-        if C_VARIABLE:
-            C = tl.load(C_row + t64 * s_Ct, mask=mask_n, other=0.0).to(ACC)
         dA = _exp2(dt[:, None] * A2, FAST)
         if HAS_RESETS:
-            dA = tl.where(tl.load(resets_ptr + pid_b * s_rb + t64 * s_rt) != 0, 0.0, dA)
+            reset = tl.load(resets_ptr + pid_b * s_rb + t64 * s_rt) != 0
+            dA = tl.where(reset, 0.0, dA)
+            if SUMMARY:
+                cleared = cleared | reset
         h = dA * h + (dt * u)[:, None] * B
-        y = _sum(h * C, axis=1)
-        if HAS_D:
-            y += u * D
-        if HAS_Z:
-            z = tl.load(z_row + t64 * s_zt, mask=mask_d, other=0.0).to(ACC)
-            y *= z * _sigmoid(z, FAST)
-        tl.store(y_row + t64, y.to(y_ptr.dtype.element_ty), mask=mask_d)
-    if WRITE_LAST:
-        if HAS_H0:
-            tl.debug_barrier()  # every thread has read its initial state before any is overwritten
-        tl.store(last_ptr + state_off, h, mask=mask_dn)
+        if SUMMARY:
+            dt_sum += dt
+        else:
+            if C_VARIABLE:
+                C = tl.load(C_row + t64 * s_Ct, mask=mask_n, other=0.0).to(ACC)
+            y = _sum(h * C, axis=1)
+            if HAS_D:
+                y += u * D
+            if HAS_Z:
+                z = tl.load(z_row + t64 * s_zt, mask=mask_d, other=0.0).to(ACC)
+                y *= z * _sigmoid(z, FAST)
+            tl.store(y_row + t64, y.to(y_ptr.dtype.element_ty), mask=mask_d)
+    if SUMMARY:
+        slot = summary_row + tl.cast(seg, tl.int64) * 2 * dim * n_state
+        tl.store(slot, h, mask=mask_dn)
+        decay = _exp2(dt_sum[:, None] * A2, FAST)
+        if HAS_RESETS:
+            decay = tl.where(cleared, 0.0, decay)
+        tl.store(slot + dim * n_state, decay, mask=mask_dn)
+    elif WRITE_LAST:
+        if t_end == length:
+            tl.store(last_ptr + state_off, h, mask=mask_dn)
 
 
 @triton.jit

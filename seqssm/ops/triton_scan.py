@@ -63,6 +63,14 @@ _BACKWARD_PER_THREAD = {False: (2, 4), True: (2,)}
 # channels are few (an RL update, 8 x 128 channels: 64 one-warp programs at 8 pairs), each program's step is the
 # time: 4 pairs a thread take 123 instructions a step for 128 programs, against 198 for 8 pairs and 242 for 16.
 _FORWARD_TILES = ((8, 1, 1), (16, 2, 1), (16, 2, 2), (16, 2, 4), (4, 2, 1))
+# A program walks its channels' steps one at a time, so its time is the sequence's length times a step's latency
+# (about 450 ns on an H200, docs/gpu.md: loads in flight, not arithmetic), and with few rows a multiprocessor holds
+# too few programs to overlap those waits (2 x 1536 channels at L 8192: 96 programs for 132 multiprocessors).
+# Cutting time into segments multiplies the programs; a first pass summarises each segment as an affine map of
+# the state entering it, and each program of the second folds the maps before its segment into its start. The
+# first pass costs about half a step (no C, no y); segments of at least four chunks keep the fold short.
+_FORWARD_PROGRAMS_PER_MULTIPROCESSOR = 8
+_SEGMENT_MIN_CHUNKS = 4
 # Registers per thread the selective kernels may use (ptxas's .maxnreg), capped so that a block of 512
 # threads still fits the register file. Given no budget, ptxas squeezes a kernel that needs a little over
 # 96 or 128 registers down to that count and spills a few bytes to do it.
@@ -96,6 +104,38 @@ def forward_configs(block_n: int) -> list[tuple[int, int, int]]:
     return triples
 
 
+def forward_segments(programs: int, length: int, multiprocessors: int) -> int:
+    """Segments of time the selective forward cuts a sequence of `length` into, for `programs` programs (rows x
+    channel blocks of 16 pairs a thread) per segment on a device of `multiprocessors`: doubled while there are
+    fewer than _FORWARD_PROGRAMS_PER_MULTIPROCESSOR programs a multiprocessor and each segment keeps at least
+    _SEGMENT_MIN_CHUNKS chunks."""
+    chunks = -(-length // SELECTIVE_MAX_CHUNK)
+    segments = 1
+    while (programs * segments < _FORWARD_PROGRAMS_PER_MULTIPROCESSOR * multiprocessors
+           and chunks >= 2 * segments * _SEGMENT_MIN_CHUNKS):
+        segments *= 2
+    return segments
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device; an H100's 132 elsewhere, so that the interpreter and the compile
+    check (meta tensors) take the paths of a GPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def _forward_segment(u: Tensor, groups: int, n: int) -> int:
+    """Steps per segment of the selective forward on u (batch, dim, L): a multiple of the chunk (`forward_segments`)."""
+    batch, dim, length = u.shape
+    block_d = max(1, 16 * 32 // triton.next_power_of_2(n))
+    programs = batch * groups * triton.cdiv(dim // groups, block_d)
+    segments = forward_segments(programs, length, _multiprocessors(u.device))
+    chunk = selective_chunk(length)
+    return triton.cdiv(triton.cdiv(length, chunk), segments) * chunk
+
+
 def _tuned(name: str, configs: list, key: list[str], **autotune):
     """The compiled kernel `name` under an autotuner over `configs`, keyed by the launch's shape arguments `key`."""
     kernel = getattr(load_kernels(_KERNELS, False), name)
@@ -115,10 +155,11 @@ def _max_registers(warps: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _forward_tuned(block_n: int):
-    """The selective forward for BLOCK_N states; tuning restores the initial state it reads and overwrites."""
+    """The selective forward for BLOCK_N states (it writes only its own outputs: tuning restores nothing); the
+    summary pass is tuned apart from the pass that writes y."""
     return _tuned("selective_scan_fwd",
                   [triton.Config({"BLOCK_D": d, "STAGES": s}, num_warps=w, maxnreg=_max_registers(w))
-                   for d, s, w in forward_configs(block_n)], _SELECTIVE_KEY, restore_value=["last_ptr"])
+                   for d, s, w in forward_configs(block_n)], _SELECTIVE_KEY + ["SUMMARY"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -333,12 +374,12 @@ def _bc_layout(M: Tensor):
 
 
 def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, softplus, flags, *buffers,
-                      out: Tensor, grad_y: Tensor | None = None):
+                      out: Tensor, grad_y: Tensor | None = None, segment: int | None = None, segments: int = 1):
     """Launch the selective kernel of `direction` on the tensors and the buffers it writes: the shared sizes,
     strides and constexpr flags come from the inputs; `flags` adds the direction's own. `out` is one of the
     (batch, dim, L) outputs, all laid out alike (`_out_like`); the backward reads `grad_y` with its own
-    strides. The autotuner picks BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its
-    cost being per element."""
+    strides; the forward runs `segments` programs along time, `segment` steps each. The autotuner picks
+    BLOCK_D of compiled kernels; the interpreter gets a small fixed block, its cost being per element."""
     kernels, interpret = kernels_for(_KERNELS, u.device)
     batch, dim, length = u.shape
     n = A.shape[1]
@@ -365,10 +406,10 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
         flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
         if direction == "fwd":
             flags["STAGES"] = 1
-        grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]),)
+        grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]), segments)
     else:
         kernel = _forward_tuned(block_n) if direction == "fwd" else _backward_tuned(block_t, wide)
-        grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]),)  # noqa: E731
+        grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]), segments)  # noqa: E731
     steps = block_t + 1  # the backward reads Δ and resets one step past the chunk
     z_strides = z.stride() if z is not None else (0, 0, 0)
     _check_tile_offsets("selective_scan", **{
@@ -379,8 +420,10 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
         "the gradient of y": 0 if grad_y is None else block_d * abs(grad_y.stride(1)) + steps * abs(grad_y.stride(2)),
     })
     r_strides = resets.stride() if resets is not None else (0, 0)
-    # tune_rows and tune_length key the autotuner: rows of programs, and L to the next power of two.
-    sizes = (dim, e, length, n, batch * groups, triton.next_power_of_2(length))
+    # tune_rows and tune_length key the autotuner: rows of programs, and the steps each walks to the next power of
+    # two (a forward's segment, a backward's sequence).
+    walk = length if segment is None else segment
+    sizes = (dim, e, length, n, batch * groups * segments, triton.next_power_of_2(walk))
     strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
     # u stands for absent optional inputs (never read). An empty buffer (never written) gets an element of its own:
     # while timing configs the autotuner zeroes or restores some buffers in place (`_forward_tuned`), and on u that
@@ -389,6 +432,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets)]
     tensors += [b if b.numel() else spare for b in buffers]
     strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
+    strides += () if segment is None else (segment,)
     launch(kernel, grid, *tensors, *sizes, *strides, **flags)
 
 
@@ -415,16 +459,22 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     chunks = _chunks(length)
     carry = initial_state is not None or chunks > 1
     y = _out_like(u)
-    # The kernel starts from the state in `last` (h0) and leaves the last state there.
-    if initial_state is not None:
-        last = initial_state.to(compute, copy=True).contiguous()
-    else:
-        last = torch.empty(batch, dim, n if return_last_state else 0, dtype=compute, device=u.device)
+    h0 = initial_state.contiguous() if initial_state is not None else _empty(u)
+    last = torch.empty(batch, dim, n if return_last_state else 0, dtype=compute, device=u.device)
     starts = torch.empty(batch, chunks if store_starts and carry else 0, dim, n, dtype=compute, device=u.device)
+    segment = _forward_segment(u, _groups(B, C), n)
+    segments = triton.cdiv(length, segment) if length else 1
+    # What each segment but the last does to the state entering it: (end, decay) pairs (`selective_scan_fwd`).
+    summary = torch.empty(batch, segments - 1, 2, dim, n, dtype=compute, device=u.device)
+    if segments > 1:
+        _selective_launch("fwd", u, delta, A, B, C, None, None, delta_bias, resets, softplus,
+                          dict(HAS_H0=initial_state is not None, WRITE_LAST=False, STORE_STARTS=False,
+                               SUMMARY=True),
+                          h0, y, starts, last, summary, out=y, segment=segment, segments=segments - 1)
     _selective_launch("fwd", u, delta, A, B, C, D, z, delta_bias, resets, softplus,
                       dict(HAS_H0=initial_state is not None, WRITE_LAST=return_last_state,
-                           STORE_STARTS=store_starts and carry),
-                      y, starts, last, out=y)
+                           STORE_STARTS=store_starts and carry, SUMMARY=False),
+                      h0, y, starts, last, summary, out=y, segment=segment, segments=segments)
     return y, last if return_last_state else _empty(last), starts
 
 

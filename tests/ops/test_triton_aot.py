@@ -270,6 +270,9 @@ def test_kernel_sass_finds_each_loop_and_counts_its_ops(load_script):
     inner, outer = module.loops(sass)
     assert inner == {"range": "0x10-0x40", "instructions": 4, "shfl": 1, "mufu": 1, "ldg": 0, "stg": 0, "bar": 0}
     assert outer["range"] == "0x0-0x80" and outer["instructions"] == 9 and outer["ldg"] == outer["stg"] == 1
+    # a step has exponentials; a loop without them (the forward's fold of its segments' summaries) is passed over
+    fold = {**inner, "range": "0x100-0x140", "mufu": 0}
+    assert module.step_loop([fold, outer]) is outer and module.step_loop([inner, outer]) is inner
 
 
 @pytest.mark.parametrize("case", ["bench S5 PPO broadcast+state", "linear torch.float32 plain"])

@@ -148,14 +148,59 @@ def _selective_inputs(length, groups, invariant, with_state, dtype, device, batc
 @pytest.mark.parametrize("length,groups,invariant,with_state,with_resets,softplus", SELECTIVE_CASES)
 def test_selective_scan_triton_matches_reference(device, length, groups, invariant, with_state, with_resets, softplus):
     length = SELECTIVE_MAX_CHUNK + 1 if length == "chunk+1" else length
+    _check_selective(device, length, groups, invariant, with_state, with_resets, softplus=softplus)
+
+
+def _check_selective(device, length, groups, invariant, with_state, with_resets, softplus=True, return_last=True,
+                     with_z=True):
+    """The Triton selective scan against the reference in float64: outputs and every gradient."""
     inp = _selective_inputs(length, groups, invariant, with_state, torch.float64, device)
     if not softplus:
         inp["delta_bias"] = None
+    if not with_z:
+        inp["z"] = None
     resets = _resets(2, length, SELECTIVE_MAX_CHUNK, device) if with_resets else None
-    kw = dict(delta_softplus=softplus, return_last_state=True, resets=resets)
+    kw = dict(delta_softplus=softplus, return_last_state=return_last, resets=resets)
     fast = selective_scan(**inp, **kw, backend="triton")
     ref = selective_scan(**inp, **kw, backend="reference")
     _check(fast, ref, list(inp.values()), torch.float64)
+
+
+# (segment in chunks, L, groups, time-invariant, initial state, resets, return the last state, z)
+SEGMENTED_CASES = [
+    (1, 3 * SELECTIVE_MAX_CHUNK + 5, 0, "", True, True, True, True),  # a short last segment
+    (2, 3 * SELECTIVE_MAX_CHUNK + 5, 2, "B", True, False, False, True),
+    (1, 2 * SELECTIVE_MAX_CHUNK, 0, "C", False, True, True, False),  # segments end where the sequence does
+]
+
+
+@pytest.mark.parametrize("chunks,length,groups,invariant,with_state,with_resets,return_last,with_z", SEGMENTED_CASES)
+def test_selective_forward_in_time_segments_matches_reference(device, monkeypatch, chunks, length, groups, invariant,
+                                                              with_state, with_resets, return_last, with_z):
+    """The forward cut into time segments (each summarised by a first pass, then folded into the next segments'
+    starting states) gives the reference's outputs, last state and, through the chunk starts it stores, gradients."""
+    monkeypatch.setattr(triton_scan, "_forward_segment", lambda u, groups, n: chunks * SELECTIVE_MAX_CHUNK)
+    launches, run = [], triton_scan.launch
+
+    def launch(kernel, grid, *args, **kwargs):
+        launches.append(kwargs.get("SUMMARY"))
+        run(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(triton_scan, "launch", launch)
+    _check_selective(device, length, groups, invariant, with_state, with_resets, return_last=return_last,
+                     with_z=with_z)
+    assert launches[:2] == [True, False]  # the summary pass ran, then the pass that writes y
+
+
+def test_forward_segments_fill_the_device_and_keep_segments_long():
+    """Few rows get more segments, until each multiprocessor has its programs or segments would get short."""
+    from seqssm.ops.triton_scan import forward_segments
+
+    assert forward_segments(programs=384, length=2048, multiprocessors=132) == 4  # 8 x 1536 channels
+    assert forward_segments(programs=96, length=8192, multiprocessors=132) == 16  # 2 x 1536 channels
+    assert forward_segments(programs=96, length=1024, multiprocessors=132) == 4  # 4 chunks a segment at least
+    assert forward_segments(programs=4096, length=8192, multiprocessors=132) == 1  # rows enough
+    assert forward_segments(programs=1, length=4 * SELECTIVE_MAX_CHUNK, multiprocessors=132) == 1  # too short
 
 
 def test_triton_scans_take_expanded_gradients(device):

@@ -149,6 +149,31 @@ def test_the_category_table_has_a_row_per_category_and_a_column_per_contender(be
     assert lines[2:] == ["| matmul | 1.00 | 2.00 |", "| copy | 0.25 | 0.25 |", "| total | 1.25 | 2.25 |"]
 
 
+def test_device_idle_finds_the_gaps_between_device_work_and_the_op_that_ended_each(bench):
+    """The device's busy time is the union of its events (overlaps once), the gaps between them are named by the
+    host op whose launch ended them, and host calls that wait for the device are counted."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Interval
+
+    def event(name, start, end, device=DeviceType.CUDA, id=0, linked=0):
+        return SimpleNamespace(name=name, time_range=Interval(start, end), device_type=device, id=id,
+                               linked_correlation_id=linked)
+
+    events = [
+        event("aten::mm", 0, 5, DeviceType.CPU, id=1), event("aten::add", 30, 32, DeviceType.CPU, id=2),
+        event("cudaStreamSynchronize", 20, 29, DeviceType.CPU, id=7, linked=2),
+        event("gemm", 10, 20, linked=1), event("gemm tail", 15, 25, linked=1),  # overlapping: counted once
+        event("add_kernel", 225, 230, linked=2), event("copy", 230, 240, linked=2),  # back to back: no gap
+    ]
+    lines = bench.device_idle(events).splitlines()
+    assert lines[0] == "device idle: span 0.23 ms, busy 0.03 ms, idle 0.20 ms in 1 gaps, 4 device events"
+    assert lines[1] == "host calls that wait for the device: cudaStreamSynchronize x1 (0.01 ms)"
+    assert lines[3].split() == ["200.0", "us", "at", "0.015", "ms", "aten::add", "->", "add_kernel"]
+    assert bench.device_idle(events[:3]) == "device idle: no device events"
+
+
 def test_the_profile_writes_each_part_and_the_category_table(bench, tmp_path, monkeypatch):
     """--profile runs on CUDA only; here its CUDA pieces are stood in for (no device check, a CPU profiler record)
     so that its parts run through on a tiny size: the category table's columns, every contender's part (mamba_ssm's
