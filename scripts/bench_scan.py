@@ -8,8 +8,8 @@ run and reading peak memory from torch's allocator: S6 `selective_scan` at the s
 (batch 32, d_inner 232, N 16, L 1024 / 4096 / 16384) and at mamba-130m widths (d_inner 1536, N 16,
 batch 8 x L 2048 and batch 2 x L 8192; there also the forward alone, "selective_scan_forward") and at an RL
 update's width (batch 8, d_inner 128, L 1024), with and without resets, for "triton" (and "triton@N" at other
-chunk lengths, --chunks; "triton/unsegmented" with the forward's programs walking the whole sequence, not cut
-into time segments), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
+chunk lengths, --chunks; "triton/unsegmented", without resets, with the forward's programs walking the whole
+sequence, not cut into time segments), "torch" (up to L 4096) and mamba_ssm (no resets): "mamba_ssm" is its own
 `selective_scan_fn`, "seqssm:mamba_ssm" the same kernels through seqssm's backend; `linear_scan` at S5's
 PPO shape (64 envs x unroll 1024 in 8 minibatches: batch 8, 128 complex modes) with and without resets;
 and `causal_conv1d` with SiLU ("torch" with and without resets, the causal_conv1d package's kernels and the
@@ -306,8 +306,8 @@ def cuda_suite(args) -> dict:
             # kernels through seqssm's backend
             for backend in ("mamba_ssm", "triton", "triton/unsegmented",
                             *(f"triton@{c}" for c in args.chunks if c != default_chunk), "seqssm:mamba_ssm", "torch"):
-                if "mamba_ssm" in backend and with_resets:
-                    continue  # mamba_ssm takes no resets
+                if ("mamba_ssm" in backend or backend.endswith("/unsegmented")) and with_resets:
+                    continue  # mamba_ssm takes no resets; resets do not change what segments save
                 if "mamba_ssm" in backend and mamba_fn is None:
                     rows.append({"op": "selective_scan", "shape": name, **shape, "resets": False,
                                  "backend": backend, "error": mamba_missing})
