@@ -168,8 +168,8 @@ def _check_selective(device, length, groups, invariant, with_state, with_resets,
 
 # (segment in chunks, L, groups, time-invariant, initial state, resets, return the last state, z)
 SEGMENTED_CASES = [
-    (1, 3 * SELECTIVE_MAX_CHUNK + 5, 0, "", True, True, True, True),  # a short last segment
-    (2, 3 * SELECTIVE_MAX_CHUNK + 5, 2, "B", True, False, False, True),
+    (1, 2 * SELECTIVE_MAX_CHUNK + 5, 0, "", True, True, True, True),  # a short last segment
+    (2, 2 * SELECTIVE_MAX_CHUNK + 5, 2, "B", True, False, False, True),  # segments of two chunks
     (1, 2 * SELECTIVE_MAX_CHUNK, 0, "C", False, True, True, False),  # segments end where the sequence does
 ]
 
