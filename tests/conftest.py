@@ -1,10 +1,15 @@
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Workers share the cores: one torch thread each, or their thread pools contend for them.
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
