@@ -108,7 +108,7 @@ fi
 
 xdist=()
 "$PYTHON" -c "import xdist" 2>/dev/null && xdist=(-n 8)
-run bench-scan 130 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --chunks --out "$OUT/bench_scan.json"
+run bench-scan 150 "$PYTHON" scripts/bench_scan.py --device cuda --repeats 5 --chunks --out "$OUT/bench_scan.json"
 run gpu-tests 75 env SEQSSM_TRITON_AUTOTUNE=0 "$PYTHON" -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     -m "gpu and not slow" tests
 run bench-models 150 "$PYTHON" scripts/bench_models.py --device cuda --rounds 2 --out "$OUT/bench_models"
