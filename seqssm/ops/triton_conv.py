@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 from torch import Tensor
 
 from seqssm.ops.conv1d import with_final_state
 from seqssm.ops.cuda_packages import register_conv_autograd
-from seqssm.ops.triton_loader import kernels_for, launch
+from seqssm.ops.triton_loader import cdiv, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 _WARPS = 4
@@ -50,7 +49,7 @@ def conv_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], silu: bool) 
     if x.numel() == 0:
         return y
     block_d, block_l = _tile(_TILES, x, interpret)
-    n_dblocks, n_lblocks = triton.cdiv(dim, block_d), triton.cdiv(length, block_l)
+    n_dblocks, n_lblocks = cdiv(dim, block_d), cdiv(length, block_l)
     launch(kernels.conv1d_fwd, (batch * n_dblocks * n_lblocks,), x, weight, bias if bias is not None else x, y,
            dim, length, n_dblocks, n_lblocks, *x.stride(), *y.stride(), *weight.stride(),
            HAS_BIAS=bias is not None, SILU=silu, WIDTH=weight.shape[1], BLOCK_D=block_d, BLOCK_L=block_l,
@@ -72,17 +71,17 @@ def conv_backward(x: Tensor, weight: Tensor, bias: Optional[Tensor], grad_y: Ten
     if 0 in grad_y.stride():
         grad_y = grad_y.contiguous()  # an expanded gradient (of y.sum(), say): the kernel reads it as a tensor
     block_d, block_l = _tile(_BACKWARD_TILES, x, interpret)
-    n_dblocks, n_lblocks = triton.cdiv(dim, block_d), triton.cdiv(length, block_l)
+    n_dblocks, n_lblocks = cdiv(dim, block_d), cdiv(length, block_l)
     n_groups = min(n_lblocks, _MAX_GROUPS[interpret])
-    tiles_per_group = triton.cdiv(n_lblocks, n_groups)
-    n_groups = triton.cdiv(n_lblocks, tiles_per_group)
+    tiles_per_group = cdiv(n_lblocks, n_groups)
+    n_groups = cdiv(n_lblocks, tiles_per_group)
     sums_w = torch.empty(batch * n_groups, dim, width, dtype=torch.float32, device=x.device)
     sums_b = torch.empty(batch * n_groups, dim, dtype=torch.float32, device=x.device) if bias is not None else sums_w
     launch(kernels.conv1d_bwd, (batch * n_dblocks * n_groups,), x, weight, bias if bias is not None else x, grad_y,
            grad_x, sums_w, sums_b, dim, length, n_dblocks, n_groups, tiles_per_group,
            *x.stride(), *grad_y.stride(), *grad_x.stride(), *weight.stride(),
            HAS_BIAS=bias is not None, SILU=silu, WIDTH=width, BLOCK_D=block_d, BLOCK_L=block_l,
-           BLOCK_W=triton.next_power_of_2(width), num_warps=_WARPS)
+           BLOCK_W=next_power_of_2(width), num_warps=_WARPS)
     grad_bias = sums_b.sum(0).to(bias.dtype) if bias is not None else x.new_empty(0)
     return grad_x, sums_w.sum(0).to(weight.dtype), grad_bias
 

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from seqssm.ops.triton_loader import kernels_for, launch, load_kernels
+from seqssm.ops.triton_loader import cdiv, kernels_for, launch, load_kernels, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 from seqssm.ops.selective_chunked import _groups
@@ -132,11 +132,11 @@ def _multiprocessors(device: torch.device) -> int:
 def _forward_segment(u: Tensor, groups: int, n: int) -> int:
     """Steps per segment of the selective forward on u (batch, dim, L): a multiple of the chunk (`forward_segments`)."""
     batch, dim, length = u.shape
-    block_d = max(1, 16 * 32 // triton.next_power_of_2(n))
-    programs = batch * groups * triton.cdiv(dim // groups, block_d)
+    block_d = max(1, 16 * 32 // next_power_of_2(n))
+    programs = batch * groups * cdiv(dim // groups, block_d)
     segments = forward_segments(programs, length, _multiprocessors(u.device))
     chunk = selective_chunk(length)
-    return triton.cdiv(triton.cdiv(length, chunk), segments) * chunk
+    return cdiv(cdiv(length, chunk), segments) * chunk
 
 
 def _tuned(name: str, configs: list, key: list[str], **autotune):
@@ -241,12 +241,12 @@ def _linear_launch(direction, a, b, h0, resets, h, grad_a=None, grad_b=None, gra
         # The first tile the autotuner tries (its loads ahead mean nothing here).
         block_f, block_t, _ = _LINEAR_TILES[direction, complex_][0]
         flags.update(BLOCK_F=block_f, BLOCK_T=block_t, STAGES=1)
-        grid = (batch * triton.cdiv(feat, flags["BLOCK_F"]),)
+        grid = (batch * cdiv(feat, flags["BLOCK_F"]),)
     else:
         kernel = _linear_tuned(direction, complex_)
-        grid = lambda meta: (batch * triton.cdiv(feat, meta["BLOCK_F"]),)  # noqa: E731
+        grid = lambda meta: (batch * cdiv(feat, meta["BLOCK_F"]),)  # noqa: E731
     # tune_rows and tune_length key the autotuner: the batch, and L to the next power of two.
-    sizes = (length, feat, batch, triton.next_power_of_2(length))
+    sizes = (length, feat, batch, next_power_of_2(length))
     # An input stands for absent optional tensors (never read; an output there could be overwritten by the
     # interpreter's copy-back of the unused alias).
     dummy = a_r
@@ -358,7 +358,7 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
 
 def selective_chunk(length: int) -> int:
     """Steps per chunk of the selective scan for sequences of `length`."""
-    return min(SELECTIVE_MAX_CHUNK, max(_SELECTIVE_MIN_CHUNK, triton.next_power_of_2(length)))
+    return min(SELECTIVE_MAX_CHUNK, max(_SELECTIVE_MIN_CHUNK, next_power_of_2(length)))
 
 
 def _chunks(length):
@@ -396,7 +396,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
                  HAS_RESETS=resets is not None, HAS_D=D is not None, HAS_Z=z is not None, ACC=acc,
                  FAST=not interpret and acc == tl.float32, **flags)
     wide = u.element_size() >= 4
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     if direction == "fwd":
         flags.update(CHUNK=block_t, BLOCK_N=block_n)
         block_d = max(d for d, _, _ in forward_configs(block_n))
@@ -406,13 +406,13 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     if interpret:
         kernel = getattr(kernels, f"selective_scan_{direction}")
         # A small fixed tile: the interpreter's cost is per element.
-        flags["BLOCK_D"] = min(4, triton.next_power_of_2(e))
+        flags["BLOCK_D"] = min(4, next_power_of_2(e))
         if direction == "fwd":
             flags["STAGES"] = 1
-        grid = (batch * groups * triton.cdiv(e, flags["BLOCK_D"]), segments)
+        grid = (batch * groups * cdiv(e, flags["BLOCK_D"]), segments)
     else:
         kernel = _forward_tuned(block_n) if direction == "fwd" else _backward_tuned(block_t, wide)
-        grid = lambda meta: (batch * groups * triton.cdiv(e, meta["BLOCK_D"]), segments)  # noqa: E731
+        grid = lambda meta: (batch * groups * cdiv(e, meta["BLOCK_D"]), segments)  # noqa: E731
     steps = block_t + 1  # the backward reads Δ and resets one step past the chunk
     z_strides = z.stride() if z is not None else (0, 0, 0)
     _check_tile_offsets("selective_scan", **{
@@ -426,7 +426,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     # tune_rows and tune_length key the autotuner: rows of programs, and the steps each walks to the next power of
     # two (a forward's segment, a backward's sequence).
     walk = length if segment is None else segment
-    sizes = (dim, e, length, n, batch * groups * segments, triton.next_power_of_2(walk))
+    sizes = (dim, e, length, n, batch * groups * segments, next_power_of_2(walk))
     strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
     # u stands for absent optional inputs (never read). An empty buffer (never written) gets an element of its own:
     # while timing configs the autotuner zeroes or restores some buffers in place (`_forward_tuned`), and on u that
@@ -466,7 +466,7 @@ def selective_forward(u, delta, A, B, C, D, z, delta_bias, initial_state, resets
     last = torch.empty(batch, dim, n if return_last_state else 0, dtype=compute, device=u.device)
     starts = torch.empty(batch, chunks if store_starts and carry else 0, dim, n, dtype=compute, device=u.device)
     segment = _forward_segment(u, _groups(B, C), n)
-    segments = triton.cdiv(length, segment) if length else 1
+    segments = cdiv(length, segment) if length else 1
     # What each segment but the last does to the state entering it: (end, decay) pairs (`selective_scan_fwd`).
     summary = torch.empty(batch, segments - 1, 2, dim, n, dtype=compute, device=u.device)
     if segments > 1:

@@ -21,12 +21,11 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from torch import Tensor
 
 from seqssm.ops.conv1d import _causal_conv1d_step_torch
 from seqssm.ops.selective import _selective_step_torch
-from seqssm.ops.triton_loader import kernels_for, launch
+from seqssm.ops.triton_loader import cdiv, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 
@@ -40,7 +39,7 @@ _WARPS = 4
 
 def _blocks(n: int, interpret: bool) -> tuple[int, int]:
     """(BLOCK_D, BLOCK_N) for N states: all of N, and channels filling a tile of _TILE elements."""
-    block_n = triton.next_power_of_2(n)
+    block_n = next_power_of_2(n)
     return max(1, min(_MAX_BLOCK_D[interpret], _TILE[interpret] // block_n)), block_n
 
 
@@ -53,7 +52,7 @@ def step_forward(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, softplus: boo
     n = A.shape[1]
     B3, C3 = (M.unsqueeze(1) if M.ndim == 2 else M for M in (B_t, C_t))  # (b, groups, N)
     block_d, block_n = _blocks(n, interpret)
-    n_dblocks = triton.cdiv(dim, block_d)
+    n_dblocks = cdiv(dim, block_d)
     y = torch.empty(batch, dim, dtype=u_t.dtype, device=u_t.device)
     out = torch.empty(batch, dim, n, dtype=torch.float32, device=u_t.device)
     if batch == 0 or dim == 0:
@@ -138,11 +137,11 @@ def conv_step_forward(x_t, state, weight, bias, silu: bool) -> tuple[Tensor, Ten
     if batch == 0 or dim == 0:
         return y, out
     block_d = _CONV_BLOCK_D[interpret]
-    n_dblocks = triton.cdiv(dim, block_d)
+    n_dblocks = cdiv(dim, block_d)
     launch(kernels.conv1d_step_fwd, (batch * n_dblocks,), x_t, state, weight,
            bias if bias is not None else x_t, y, out, dim, width, n_dblocks,
            *x_t.stride(), *state.stride(), *weight.stride(),
-           HAS_BIAS=bias is not None, SILU=silu, BLOCK_D=block_d, BLOCK_K=triton.next_power_of_2(width),
+           HAS_BIAS=bias is not None, SILU=silu, BLOCK_D=block_d, BLOCK_K=next_power_of_2(width),
            num_warps=_WARPS)
     return y, out
 
