@@ -435,8 +435,7 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets)]
     tensors += [b if b.numel() else spare for b in buffers]
     strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
-    strides += () if segment is None else (segment,)
-    launch(kernel, grid, *tensors, *sizes, *strides, **flags)
+    launch(kernel, grid, *tensors, *sizes, *strides, *(() if segment is None else (segment,)), **flags)
 
 
 def _compute(u: Tensor) -> torch.dtype:
