@@ -112,7 +112,7 @@ def forward_segments(programs: int, length: int, multiprocessors: int) -> int:
     channel blocks of 16 pairs a thread) per segment on a device of `multiprocessors`: doubled while there are
     fewer than _FORWARD_PROGRAMS_PER_MULTIPROCESSOR programs a multiprocessor and each segment keeps at least
     _SEGMENT_MIN_CHUNKS chunks."""
-    chunks = -(-length // SELECTIVE_MAX_CHUNK)
+    chunks = _chunks(length)
     segments = 1
     while (programs * segments < _FORWARD_PROGRAMS_PER_MULTIPROCESSOR * multiprocessors
            and chunks >= 2 * segments * _SEGMENT_MIN_CHUNKS):
@@ -428,12 +428,10 @@ def _selective_launch(direction, u, delta, A, B, C, D, z, delta_bias, resets, so
     walk = length if segment is None else segment
     sizes = (dim, e, length, n, batch * groups * segments, next_power_of_2(walk))
     strides = (*u.stride(), *delta.stride(), *z_strides, *A.stride(), *b_strides, *c_strides, *r_strides)
-    # u stands for absent optional inputs (never read). An empty buffer (never written) gets an element of its own:
-    # while timing configs the autotuner zeroes or restores some buffers in place (`_forward_tuned`), and on u that
-    # bumps the version of a tensor autograd saved, whose backward then fails.
-    spare = u.new_empty(1) if any(not b.numel() for b in buffers) else None
-    tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets)]
-    tensors += [b if b.numel() else spare for b in buffers]
+    # u stands for absent optional tensors and empty buffers (never read or written). The autotuner's in-place
+    # zeroing and restoring (the backward's, `_backward_tuned`) touch only buffers that are never empty: on u they
+    # would bump the version of a tensor autograd saved, and its backward would fail.
+    tensors = [x if x is not None and x.numel() else u for x in (u, delta, A, B, C, D, z, delta_bias, resets, *buffers)]
     strides += (out.stride(0), out.stride(1)) + (() if grad_y is None else grad_y.stride())
     launch(kernel, grid, *tensors, *sizes, *strides, *(() if segment is None else (segment,)), **flags)
 

@@ -401,8 +401,8 @@ def _as_the_autotuner_does(kernel, grid, *args, **kwargs):
 @pytest.mark.parametrize("return_last,with_state", [(False, False), (True, False), (False, True)])
 def test_selective_autotuning_touches_no_tensor_autograd_saved(monkeypatch, return_last, with_state):
     """The autotuner's in-place resets land on the kernels' own buffers, never on an input: on u (the stand-in for
-    an empty buffer once) they bumped its version, and the backward of anything that saved u failed (a Mamba
-    block's x_proj, in a training step on the Triton backend)."""
+    empty buffers) they bumped its version while the forward restored its last state in place, and the backward of
+    anything that saved u failed (a Mamba block's x_proj, in a training step on the Triton backend)."""
     from seqssm.ops.triton_loader import recording
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
