@@ -19,7 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.checks import check_flags
-from seqssm.ops.triton_loader import interpreted, kernels_for, launch
+from seqssm.ops.triton_loader import cdiv, interpreted, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_ssd_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
 
@@ -44,6 +44,8 @@ def ssd_tile(chunk_size: int, length: int, interpret: bool) -> int:
     SSD_MAX_TILE and no longer than the sequence needs."""
     if chunk_size < 1:
         raise ValueError(f"ssd_scan: chunk_size must be >= 1, got {chunk_size}")
+    # triton's, not triton_loader's plain-int helper: while torch.compile traces, length may be symbolic, and the
+    # helper's bit_length specialises it (three lengths compiled three frames under dynamic=True; triton's, one).
     tile = min(SSD_MAX_TILE, triton.next_power_of_2(chunk_size), triton.next_power_of_2(max(length, 1)))
     return tile if interpret else max(tile, _MIN_DOT)
 
@@ -57,7 +59,7 @@ def ssd_segment(chunk_size: int, tile: int) -> int:
 def _blocks(p: int, n: int, interpret: bool) -> tuple[int, int]:
     """(BLOCK_P, BLOCK_N): channel block of head_dim, and all of d_state, each a power of two."""
     floor = 1 if interpret else _MIN_DOT
-    return max(floor, min(_BLOCK_P[interpret], triton.next_power_of_2(p))), max(floor, triton.next_power_of_2(n))
+    return max(floor, min(_BLOCK_P[interpret], next_power_of_2(p))), max(floor, next_power_of_2(n))
 
 
 def _chunks(length, steps: int):
@@ -72,7 +74,7 @@ def _launch_args(x, dt, B, C, resets, tile):
     batch, length, heads, p = x.shape
     n = B.shape[3]
     block_p, block_n = _blocks(p, n, interpret)
-    n_pblocks = triton.cdiv(p, block_p)
+    n_pblocks = cdiv(p, block_p)
     r_strides = resets.stride() if resets is not None else (0, 0)
     strides = (*x.stride(), *dt.stride(), *B.stride(), *C.stride(), *r_strides)
     # The interpreter's products are float32 (numpy), exact enough for the tests' float64 comparisons.
