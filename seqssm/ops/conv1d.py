@@ -24,7 +24,7 @@ from seqssm.ops.backend import (
     CUDA, NEVER, Backend, Call, causal_conv1d_package, choose, register, triton_device_check, triton_missing
 )
 from seqssm.ops.checks import check_flags, check_floating
-from seqssm.ops.cuda_packages import causal_conv1d_package_op
+from seqssm.ops.cuda_packages import package_conv
 from seqssm.ops.layout import is_channels_last
 
 
@@ -88,7 +88,7 @@ def with_final_state(y: torch.Tensor, x: torch.Tensor, k: int, return_final_stat
 
 def _causal_conv1d_package(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
                            silu=False):
-    return with_final_state(causal_conv1d_package_op(x, weight, bias, silu), x, weight.shape[1], return_final_state)
+    return with_final_state(package_conv(x, weight, bias, silu), x, weight.shape[1], return_final_state)
 
 
 def _causal_conv1d_torch(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqssm.ops.backend import causal_conv1d_package
+from seqssm.ops.custom import OpCaller
 
 # Steps per chunk of mamba_ssm's selective-scan kernel (kChunkSize): x holds one (2N) state slot per chunk.
 MAMBA_CHUNK = 2048
@@ -50,8 +51,7 @@ def _time_contiguous(t: Tensor | None) -> Tensor | None:
     return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
 
-@torch.library.custom_op("seqssm::mamba_selective_scan", mutates_args=())
-def mamba_scan_op(
+def mamba_scan_forward(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
     delta_bias: Optional[Tensor], delta_softplus: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -67,6 +67,9 @@ def mamba_scan_op(
     return (out, last, x, out.new_empty(0)) if z is None else (rest[0], last, x, out)
 
 
+mamba_scan_op = torch.library.custom_op("seqssm::mamba_selective_scan", mutates_args=())(mamba_scan_forward)
+
+
 @mamba_scan_op.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     batch, dim, length = u.shape
@@ -80,8 +83,7 @@ def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
     return torch.empty_like(z), u.new_empty(batch, dim, n, dtype=A.dtype), x, out
 
 
-@torch.library.custom_op("seqssm::mamba_selective_scan_backward", mutates_args=())
-def mamba_scan_backward_op(
+def mamba_scan_backward(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor], z: Optional[Tensor],
     delta_bias: Optional[Tensor], delta_softplus: bool, x: Tensor, out: Tensor, grad_y: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -102,6 +104,10 @@ def mamba_scan_backward_op(
             u.new_empty(0) if dz is None else dz, u.new_empty(0) if ddelta_bias is None else ddelta_bias.contiguous())
 
 
+mamba_scan_backward_op = torch.library.custom_op("seqssm::mamba_selective_scan_backward",
+                                                 mutates_args=())(mamba_scan_backward)
+
+
 @mamba_scan_backward_op.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, x, out, grad_y):
     def like(t):
@@ -120,22 +126,26 @@ def _save_scan(ctx, inputs, output):
 
 def _scan_backward(ctx, grad_y, _grad_last, _grad_x, _grad_out):
     u, delta, A, B, C, D, z, delta_bias, x, out = ctx.saved_tensors
-    grads = mamba_scan_backward_op(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, x, out, grad_y)
+    grads = _mamba_scan_backward(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, x, out, grad_y)
     optional = [None if given is None else grad for given, grad in zip((D, z, delta_bias), grads[5:])]
     return (*grads[:5], *optional, None)
 
 
-mamba_scan_op.register_autograd(_scan_backward, setup_context=_save_scan)
+_mamba_scan_backward = OpCaller(mamba_scan_backward_op, mamba_scan_backward)
+mamba_scan = OpCaller(mamba_scan_op, mamba_scan_forward, _save_scan, _scan_backward)
 
 
-@torch.library.custom_op("seqssm::causal_conv1d_package", mutates_args=())
-def causal_conv1d_package_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], silu: bool) -> Tensor:
+def causal_conv1d_package_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], silu: bool) -> Tensor:
     """The causal_conv1d package's `causal_conv1d_fn(x, weight, bias, activation="silu" if silu)`: x (b, dim, L),
     weight (dim, K), bias (dim,) -> y (b, dim, L), laid out as torch.empty_like(x) lays it out."""
     causal_conv1d_fn, _ = causal_conv1d_package()
     y = causal_conv1d_fn(x, weight, bias, activation="silu" if silu else None)
     like = torch.empty_like(x)
     return y if y.stride() == like.stride() else like.copy_(y)
+
+
+causal_conv1d_package_op = torch.library.custom_op("seqssm::causal_conv1d_package",
+                                                   mutates_args=())(causal_conv1d_package_forward)
 
 
 @causal_conv1d_package_op.register_fake
@@ -165,8 +175,7 @@ def _package_conv_backward():
         return None
 
 
-@torch.library.custom_op("seqssm::causal_conv1d_package_backward", mutates_args=())
-def causal_conv1d_backward_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], grad_y: Tensor,
+def causal_conv1d_package_backward(x: Tensor, weight: Tensor, bias: Optional[Tensor], grad_y: Tensor,
                               silu: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The gradients of `causal_conv1d_package_op` -> (x, weight, bias (empty without bias)): the package's backward
     kernel where it has one (with `silu`, it recomputes the convolution for SiLU's derivative), else the
@@ -189,14 +198,21 @@ def causal_conv1d_backward_op(x: Tensor, weight: Tensor, bias: Optional[Tensor],
     return grad_x, grad_weight.to(weight.dtype), grad_bias
 
 
+causal_conv1d_backward_op = torch.library.custom_op("seqssm::causal_conv1d_package_backward",
+                                                    mutates_args=())(causal_conv1d_package_backward)
+
+
 @causal_conv1d_backward_op.register_fake
 def _(x, weight, bias, grad_y, silu):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias) if bias is not None else x.new_empty(0)
 
 
-def register_conv_autograd(op, backward_op) -> None:
-    """Give a causal conv op, op(x, weight, bias, silu) -> y, its autograd: backward_op(x, weight, bias, grad_y, silu)
-    -> gradients of x, weight, bias (empty without bias), as this module's and the Triton backend's ops have."""
+def conv_caller(op, forward, backward_op, backward_body) -> OpCaller:
+    """The caller (`OpCaller`) of a causal conv op, op(x, weight, bias, silu) -> y with body `forward`, given its
+    autograd: backward_op(x, weight, bias, grad_y, silu) with body `backward_body` -> gradients of x, weight, bias
+    (empty without bias), as this module's and the Triton backend's ops have."""
+    backward_call = OpCaller(backward_op, backward_body)
+
     def setup(ctx, inputs, output):
         x, weight, bias, silu = inputs
         ctx.save_for_backward(x, weight, bias)
@@ -204,10 +220,11 @@ def register_conv_autograd(op, backward_op) -> None:
 
     def backward(ctx, grad_y):
         x, weight, bias = ctx.saved_tensors
-        grad_x, grad_weight, grad_bias = backward_op(x, weight, bias, grad_y, ctx.silu)
+        grad_x, grad_weight, grad_bias = backward_call(x, weight, bias, grad_y, ctx.silu)
         return grad_x, grad_weight, None if bias is None else grad_bias, None
 
-    op.register_autograd(backward, setup_context=setup)
+    return OpCaller(op, forward, setup, backward)
 
 
-register_conv_autograd(causal_conv1d_package_op, causal_conv1d_backward_op)
+package_conv = conv_caller(causal_conv1d_package_op, causal_conv1d_package_forward, causal_conv1d_backward_op,
+                           causal_conv1d_package_backward)

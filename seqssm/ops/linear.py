@@ -26,6 +26,7 @@ from seqssm.ops.backend import (
     COMPLEX, CUDA, NEVER, REAL, Backend, Call, choose, register, triton_device_check, triton_missing,
 )
 from seqssm.ops.checks import check_flags, check_floating
+from seqssm.ops.custom import OpCaller
 
 # Elements per time slice above which scanning chunks side by side stops paying off: past this
 # size one step is bandwidth-bound already, so the plain sequential loop is the fastest.
@@ -132,21 +133,22 @@ def _scan_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, rev
     return out.reshape(batch, chunks * steps, feat)[:, :length]
 
 
-@torch.library.custom_op("seqssm::linear_scan_chunked", mutates_args=())
-def linear_scan_chunked(a: Tensor, b: Tensor, h0: Optional[Tensor]) -> Tensor:
+def chunked_forward(a: Tensor, b: Tensor, h0: Optional[Tensor]) -> Tensor:
     """The chunked scan as a differentiable custom op: a, b (B, L, F) of one dtype, h0 (B, F) or None -> h
     (B, L, F), contiguous. torch.compile keeps it whole (dynamo would unroll its loops)."""
     return _scan_forward(a, b, h0).contiguous()
 
 
-@linear_scan_chunked.register_fake
+linear_scan_chunked_op = torch.library.custom_op("seqssm::linear_scan_chunked", mutates_args=())(chunked_forward)
+
+
+@linear_scan_chunked_op.register_fake
 def _(a, b, h0):
     return torch.empty_like(b, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("seqssm::linear_scan_chunked_backward", mutates_args=())
-def linear_scan_chunked_backward(a: Tensor, h: Tensor, h0: Optional[Tensor], grad_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients of `linear_scan_chunked`'s a, b and h0 from those of h (its output), without recomputation."""
+def chunked_backward(a: Tensor, h: Tensor, h0: Optional[Tensor], grad_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of `chunked_forward`'s a, b and h0 from those of h (its output), without recomputation."""
     # Adjoint recurrence g_t = grad_h_t + conj(a_{t+1}) g_{t+1}, run as a forward scan on
     # time-reversed tensors. For complex tensors PyTorch's gradients are conjugate Wirtinger. Conjugates are
     # physical: inside a compiled graph this op would read a lazy conj() view unconjugated (torch 2.13).
@@ -156,7 +158,11 @@ def linear_scan_chunked_backward(a: Tensor, h: Tensor, h0: Optional[Tensor], gra
     return g * h_prev.conj_physical(), g, g[:, 0] * a[:, 0].conj_physical()
 
 
-@linear_scan_chunked_backward.register_fake
+linear_scan_chunked_backward_op = torch.library.custom_op("seqssm::linear_scan_chunked_backward",
+                                                          mutates_args=())(chunked_backward)
+
+
+@linear_scan_chunked_backward_op.register_fake
 def _(a, h, h0, grad_h):
     return torch.empty_like(h), torch.empty_like(h), h.new_empty(h.shape[0], h.shape[2])
 
@@ -168,11 +174,12 @@ def _save_for_backward(ctx, inputs, output):
 
 def _backward(ctx, grad_h):
     a, h, h0 = ctx.saved_tensors
-    grad_a, grad_b, grad_h0 = linear_scan_chunked_backward(a, h, h0, grad_h)
+    grad_a, grad_b, grad_h0 = _chunked_backward_call(a, h, h0, grad_h)
     return grad_a, grad_b, None if h0 is None else grad_h0
 
 
-linear_scan_chunked.register_autograd(_backward, setup_context=_save_for_backward)
+_chunked_backward_call = OpCaller(linear_scan_chunked_backward_op, chunked_backward)
+linear_scan_chunked = OpCaller(linear_scan_chunked_op, chunked_forward, _save_for_backward, _backward)
 
 
 def linear_scan_torch(a, b, initial_state=None, resets=None):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seqssm.ops.custom import OpCaller
 
-@torch.library.custom_op("seqssm::rotary_table", mutates_args=())
-def rotary_table(positions: Tensor, frequencies: Tensor) -> tuple[Tensor, Tensor]:
+
+def angle_table(positions: Tensor, frequencies: Tensor) -> tuple[Tensor, Tensor]:
     """positions (...) integer, frequencies (pairs,) float64 -> cos and sin of positions x frequencies, each
     (..., 2 * pairs) float64 with every angle repeated for the two features of its pair. The angles are float64:
     k θ for k in the thousands must not lose its low bits before cos and sin."""
@@ -21,7 +22,13 @@ def rotary_table(positions: Tensor, frequencies: Tensor) -> tuple[Tensor, Tensor
     return angles.cos(), angles.sin()
 
 
-@rotary_table.register_fake
+rotary_table_op = torch.library.custom_op("seqssm::rotary_table", mutates_args=())(angle_table)
+
+
+@rotary_table_op.register_fake
 def _(positions, frequencies):
     shape = (*positions.shape, 2 * frequencies.shape[0])
     return positions.new_empty(shape, dtype=torch.float64), positions.new_empty(shape, dtype=torch.float64)
+
+
+rotary_table = OpCaller(rotary_table_op, angle_table)

@@ -29,7 +29,7 @@ from seqssm.ops.backend import (
     CUDA, NEVER, Backend, Call, choose, mamba_ssm_missing, register, triton_device_check, triton_missing,
 )
 from seqssm.ops.checks import check_flags, check_floating
-from seqssm.ops.cuda_packages import mamba_scan_op
+from seqssm.ops.cuda_packages import mamba_scan
 from seqssm.ops.selective_chunked import selective_scan_chunked
 
 # Elements per thread of one chunk's (chunk, batch, dim, N) buffers: large enough that each op
@@ -217,7 +217,7 @@ def _selective_scan_mamba(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
     *, initial_state=None, resets=None,
 ):
-    y, last, _, _ = mamba_scan_op(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    y, last, _, _ = mamba_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     # mamba_ssm keeps the last state in float32; every backend returns u's dtype.
     return (y, last.to(u.dtype)) if return_last_state else y
 

@@ -26,6 +26,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from seqssm.ops.custom import OpCaller
 from seqssm.ops.layout import is_channels_last
 
 
@@ -159,8 +160,7 @@ def _empty_from_time_major(like: Tensor, shape) -> Tensor:
     return like.new_empty(shape)
 
 
-@torch.library.custom_op("seqssm::selective_scan_chunked", mutates_args=())
-def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor,
+def chunked_forward(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor,
                            keep: Optional[Tensor], chunk: int, store_starts: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The chunked forward (see the module docstring) -> y (b, dim, L), last state (b, dim, N), and the state
     entering each chunk (chunks, b, g, N, e) with store_starts (what backward needs), else one slot."""
@@ -186,7 +186,10 @@ def selective_scan_chunked(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Te
     return _from_time_major(y.view(length, batch, dim), channels_last), last, starts
 
 
-@selective_scan_chunked.register_fake
+selective_scan_chunked_op = torch.library.custom_op("seqssm::selective_scan_chunked", mutates_args=())(chunked_forward)
+
+
+@selective_scan_chunked_op.register_fake
 def _(u, delta, A, B, C, h0, keep, chunk, store_starts):
     batch, dim, length = u.shape
     groups, n_state = _groups(B, C), A.shape[1]
@@ -194,12 +197,11 @@ def _(u, delta, A, B, C, h0, keep, chunk, store_starts):
     return _empty_from_time_major(u, u.shape), u.new_empty(batch, dim, n_state), starts
 
 
-@torch.library.custom_op("seqssm::selective_scan_chunked_backward", mutates_args=())
-def selective_scan_chunked_backward(
+def chunked_backward(
     u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, keep: Optional[Tensor], starts: Tensor,
     grad_y: Tensor, grad_last: Tensor, chunk: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of `selective_scan_chunked`'s inputs u, delta, A, B, C, h0 from those of y and the last state,
+    """Gradients of `chunked_forward`'s inputs u, delta, A, B, C, h0 from those of y and the last state,
     with its chunk-start states `starts` (store_starts=True) and the same `chunk`: each chunk's states are
     recomputed from its start, then the adjoint runs backwards through it."""
     layouts = [is_channels_last(x) for x in (u, delta, B, C)]
@@ -255,7 +257,11 @@ def selective_scan_chunked_backward(
     return grad_u, grad_delta, _channel_major(grad_A, dim), grad_B, grad_C, _channel_major(g_next, dim)
 
 
-@selective_scan_chunked_backward.register_fake
+selective_scan_chunked_backward_op = torch.library.custom_op("seqssm::selective_scan_chunked_backward",
+                                                             mutates_args=())(chunked_backward)
+
+
+@selective_scan_chunked_backward_op.register_fake
 def _(u, delta, A, B, C, keep, starts, grad_y, grad_last, chunk):
     grad_B, grad_C = (M.new_empty(M.shape) if M.ndim == 2 else _empty_from_time_major(M, M.shape) for M in (B, C))
     return (_empty_from_time_major(u, u.shape), _empty_from_time_major(delta, delta.shape), A.new_empty(A.shape),
@@ -279,8 +285,9 @@ def _backward(ctx, grad_y, grad_last, _grad_starts):
         grad_y = torch.zeros_like(u)
     if grad_last is None:
         grad_last = starts.new_zeros(u.shape[0], u.shape[1], A.shape[1])
-    grads = selective_scan_chunked_backward(u, delta, A, B, C, keep, starts, grad_y, grad_last, ctx.chunk)
+    grads = _chunked_backward_call(u, delta, A, B, C, keep, starts, grad_y, grad_last, ctx.chunk)
     return (*grads, None, None, None)
 
 
-selective_scan_chunked.register_autograd(_backward, setup_context=_save_for_backward)
+_chunked_backward_call = OpCaller(selective_scan_chunked_backward_op, chunked_backward)
+selective_scan_chunked = OpCaller(selective_scan_chunked_op, chunked_forward, _save_for_backward, _backward)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from seqssm.ops.conv1d import with_final_state
-from seqssm.ops.cuda_packages import register_conv_autograd
+from seqssm.ops.cuda_packages import conv_caller
 from seqssm.ops.triton_loader import cdiv, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
@@ -109,11 +109,11 @@ def _(x, weight, bias, grad_y, silu):
     return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias) if bias is not None else x.new_empty(0)
 
 
-register_conv_autograd(_conv_op, _conv_backward_op)
+_conv = conv_caller(_conv_op, conv_forward, _conv_backward_op, conv_backward)
 
 
 def causal_conv1d_triton(x, weight, bias=None, initial_state=None, resets=None, return_final_state=False,
                          silu=False):
     """Triton `causal_conv1d` (no initial state, no resets: the backend refuses those calls): x (b, dim, L), weight
     (dim, K), bias (dim,) -> y (b, dim, L) in x's dtype and layout, through SiLU with `silu` [, final state]."""
-    return with_final_state(_conv_op(x, weight, bias, bool(silu)), x, weight.shape[1], return_final_state)
+    return with_final_state(_conv(x, weight, bias, bool(silu)), x, weight.shape[1], return_final_state)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from seqssm.ops.custom import OpCaller
 from seqssm.ops.triton_loader import cdiv, kernels_for, launch, load_kernels, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
@@ -324,11 +325,12 @@ def _linear_setup(ctx, inputs, output):
 
 def _linear_backward(ctx, grad_h):
     a, h0, resets, h = ctx.saved_tensors
-    grad_a, grad_b, grad_h0 = torch.ops.seqssm.linear_scan_triton_backward(grad_h, a, h0, resets, h)
+    grad_a, grad_b, grad_h0 = _linear_scan_backward(grad_h, a, h0, resets, h)
     return grad_a, grad_b, grad_h0 if h0 is not None else None, None
 
 
-_linear_scan_op.register_autograd(_linear_backward, setup_context=_linear_setup)
+_linear_scan_backward = OpCaller(_linear_scan_backward_op, linear_backward)
+_linear_scan = OpCaller(_linear_scan_op, linear_forward, _linear_setup, _linear_backward)
 
 
 def linear_scan_triton(a, b, initial_state=None, resets=None):
@@ -350,7 +352,7 @@ def linear_scan_triton(a, b, initial_state=None, resets=None):
         a, b = a.contiguous(), b.contiguous()  # features contiguous: see _linear_view
     h0 = h0.reshape(shape[0], -1).contiguous() if h0 is not None else None
     resets = resets.to(device=b.device, dtype=torch.bool) if resets is not None else None
-    return _linear_scan_op(a, b, h0, resets).reshape(shape)
+    return _linear_scan(a, b, h0, resets).reshape(shape)
 
 
 # --------------------------------------------------------------------------------- selective scan
@@ -586,13 +588,14 @@ def _selective_backward(ctx, grad_y, grad_last, _):
         grad_y = torch.zeros_like(u)
     if grad_last is not None and grad_last.numel() == 0:
         grad_last = None
-    grads = torch.ops.seqssm.selective_scan_triton_backward(
+    grads = _selective_scan_backward(
         grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, resets, starts, ctx.softplus, ctx.has_initial_state)
     present = (u, delta, A, B, C, D, z, delta_bias, ctx.has_initial_state or None)
     return (*(g if x is not None else None for g, x in zip(grads, present)), None, None, None, None)
 
 
-_selective_scan_op.register_autograd(_selective_backward, setup_context=_selective_setup)
+_selective_scan_backward = OpCaller(_selective_scan_backward_op, selective_backward)
+_selective_scan = OpCaller(_selective_scan_op, selective_forward, _selective_setup, _selective_backward)
 
 
 def kernel_layout(u, delta, z, B, C):
@@ -615,6 +618,6 @@ def selective_scan_triton(
     u, delta, z, B, C = kernel_layout(u, delta, z, B, C)
     floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in floats)
-    y, last, _ = _selective_scan_op(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, delta_softplus,
+    y, last, _ = _selective_scan(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, delta_softplus,
                                     return_last_state, needs_grad)
     return (y, last.to(y.dtype)) if return_last_state else y

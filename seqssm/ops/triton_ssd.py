@@ -19,6 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.checks import check_flags
+from seqssm.ops.custom import OpCaller
 from seqssm.ops.triton_loader import cdiv, interpreted, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_ssd_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
@@ -200,13 +201,14 @@ def _backward(ctx, grad_y, grad_last, _):
         grad_y = torch.zeros_like(x)
     elif 0 in grad_y.stride():  # an expanded view (of y.sum(), say): its tiles would overlap
         grad_y = grad_y.contiguous()
-    grads = torch.ops.seqssm.ssd_triton_backward(grad_y, grad_last, x, dt, A, B, C, D, resets, states, ctx.tile,
-                                                 ctx.seg_chunks, ctx.has_initial_state)
+    grads = _ssd_backward_call(grad_y, grad_last, x, dt, A, B, C, D, resets, states, ctx.tile, ctx.seg_chunks,
+                               ctx.has_initial_state)
     present = (x, dt, A, B, C, D, ctx.has_initial_state or None)
     return (*(g if t is not None else None for g, t in zip(grads, present)), None, None, None, None)
 
 
-_ssd_op.register_autograd(_backward, setup_context=_setup)
+_ssd_backward_call = OpCaller(_ssd_backward_op, ssd_backward)
+_ssd = OpCaller(_ssd_op, ssd_forward, _setup, _backward)
 
 
 def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_size=64):
@@ -226,5 +228,5 @@ def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_si
     A, D = A.contiguous(), D.contiguous() if D is not None else None  # the kernels read them one head apart
     floats = (x, dt, A, B, C, D, initial_state)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in floats)
-    y, last, _ = _ssd_op(x, dt, A, B, C, D, initial_state, resets, tile, ssd_segment(chunk_size, tile), needs_grad)
+    y, last, _ = _ssd(x, dt, A, B, C, D, initial_state, resets, tile, ssd_segment(chunk_size, tile), needs_grad)
     return y, last

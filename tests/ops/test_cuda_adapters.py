@@ -52,7 +52,7 @@ BROKEN_MAMBA = {
 KERNELS = """
 import torch
 import torch.nn.functional as F
-from seqssm.ops.selective_chunked import selective_scan_chunked, selective_scan_chunked_backward
+from seqssm.ops.selective_chunked import chunked_backward, selective_scan_chunked
 
 
 def _scan(u, delta, A, B, C, delta_bias, delta_softplus):
@@ -81,8 +81,7 @@ def bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, r
         sig = torch.sigmoid(z)
         dz = dout * out * sig * (1 + z * (1 - sig))
         dout = dout * F.silu(z)
-    du, ddt, dA, dB, dC, _ = selective_scan_chunked_backward(u, dt, A, B, C, None, starts, dout,
-                                                             torch.zeros_like(last), 4)
+    du, ddt, dA, dB, dC, _ = chunked_backward(u, dt, A, B, C, None, starts, dout, torch.zeros_like(last), 4)
     ddelta = ddt * torch.sigmoid(pre) if delta_softplus else ddt
     dD = None if D is None else (dout * u).sum((0, 2))
     du = du if D is None else du + dout * D[:, None]

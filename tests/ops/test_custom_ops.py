@@ -6,9 +6,10 @@ import pytest
 import torch
 from torch.library import opcheck
 
-from seqssm.ops.linear import linear_scan_chunked, linear_scan_chunked_backward
-from seqssm.ops.rotary import rotary_table
-from seqssm.ops.selective_chunked import selective_scan_chunked, selective_scan_chunked_backward
+from seqssm.ops.linear import linear_scan_chunked_backward_op, linear_scan_chunked_op
+from seqssm.ops.rotary import rotary_table_op
+from seqssm.ops.selective_chunked import (selective_scan_chunked, selective_scan_chunked_backward_op,
+                                          selective_scan_chunked_op)
 
 B_, D_, L_, N_ = 2, 4, 7, 3
 
@@ -40,12 +41,12 @@ def _selective_inputs(channels_last: bool, bc: str, resets: bool):
 def test_selective_scan_chunked_ops(channels_last, bc, resets):
     inputs = _selective_inputs(channels_last, bc, resets)
     chunk = 3  # three chunks of L = 7: carries between chunks and a short last chunk
-    opcheck(selective_scan_chunked, (*inputs, chunk, True))
+    opcheck(selective_scan_chunked_op, (*inputs, chunk, True))
     with torch.no_grad():
-        y, last, starts = selective_scan_chunked(*inputs, chunk, True)
+        y, last, starts = selective_scan_chunked_op(*inputs, chunk, True)
     u, delta, A, B, C, _, keep = (None if t is None else t.detach() for t in inputs)
-    opcheck(selective_scan_chunked_backward, (u, delta, A, B, C, keep, starts, torch.randn_like(y),
-                                              torch.randn_like(last), chunk))
+    opcheck(selective_scan_chunked_backward_op, (u, delta, A, B, C, keep, starts, torch.randn_like(y),
+                                                 torch.randn_like(last), chunk))
 
 
 def test_selective_scan_chunked_without_chunk_states_refuses_gradients():
@@ -64,12 +65,12 @@ def test_linear_scan_chunked_ops(dtype, with_h0, length, monkeypatch):
     a, b = 0.9 * torch.rand(2, length, 3, dtype=dtype), torch.randn(2, length, 3, dtype=dtype)
     h0 = torch.randn(2, 3, dtype=dtype) if with_h0 else None
     args = [a.requires_grad_(), b.requires_grad_(), h0 if h0 is None else h0.requires_grad_()]
-    opcheck(linear_scan_chunked, tuple(args))
+    opcheck(linear_scan_chunked_op, tuple(args))
     with torch.no_grad():
-        h = linear_scan_chunked(*args)
+        h = linear_scan_chunked_op(*args)
     saved = [None if t is None else t.detach() for t in args]
-    opcheck(linear_scan_chunked_backward, (saved[0], h, saved[2], torch.randn_like(h)))
+    opcheck(linear_scan_chunked_backward_op, (saved[0], h, saved[2], torch.randn_like(h)))
 
 
 def test_rotary_table_op():
-    opcheck(rotary_table, (torch.randint(0, 5000, (2, 7)), torch.rand(4, dtype=torch.float64)))
+    opcheck(rotary_table_op, (torch.randint(0, 5000, (2, 7)), torch.rand(4, dtype=torch.float64)))
