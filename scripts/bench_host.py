@@ -1,4 +1,5 @@
-"""Host time of the Triton scan ops without their kernels: what a call costs the CPU before and around its launches.
+"""Host time of the Triton scan ops and of a Mamba stack without their kernels: what a call costs the CPU before and
+around its launches.
 
 At an RL update's shapes (S5's PPO minibatch: batch 8 x 1024 steps x 128 complex modes) a scan's kernels take
 microseconds, so on a GPU the call's time is mostly the host's: argument checks, the backend choice, the custom
@@ -8,6 +9,12 @@ so what it times is that host work, with the few small torch operations around t
 gradient's sums) computed on the CPU at 64 steps rather than queued on a GPU. Forward alone (no autograd) and
 forward + backward (a sum's gradient to every input), medians of --rounds rounds of --calls calls, one torch
 thread.
+
+The last case is a whole model: mamba-130m's stack of 24 Mamba blocks (RMS norms, fp32 residual, tied head) on 16
+tokens, at stand-in widths (d_model 64) so that the CPU's arithmetic stays small beside the host work, which does
+not depend on the widths. A layer's host time is what a GPU waits for wherever the layer's kernels take less: in a
+training step's forward, and in every step of an RL update. The Triton launcher's own time (argument binding,
+Triton's launch call) is not in it: the launches are swallowed before it.
 
     python scripts/bench_host.py --out runs/bench_host.json
 
@@ -28,7 +35,8 @@ import torch
 
 
 def cases():
-    """name -> (forward(), its inputs that take a gradient): the public ops at small RL-update shapes."""
+    """name -> (forward(), its inputs that take a gradient, calls per round or None for --calls): the public ops at
+    small RL-update shapes, and a whole stack."""
     from seqssm.ops import linear_scan, selective_scan
 
     g = torch.Generator().manual_seed(0)
@@ -44,11 +52,34 @@ def cases():
     D, bias = (torch.randn(d, generator=g).requires_grad_() for _ in range(2))
     return {
         "linear_scan S5 PPO (resets, h0)": (lambda: linear_scan(a, drive, h0, resets, backend="triton"),
-                                            [a, drive, h0]),
+                                            [a, drive, h0], None),
         "selective_scan RL core (D, z, bias)": (lambda: selective_scan(u, delta, A, B, C, D, z, bias, True,
                                                                        backend="triton"),
-                                                [u, delta, z, B, C, A, D, bias]),
+                                                [u, delta, z, B, C, A, D, bias], None),
+        **stack_case(),
     }
+
+
+_STACK_CALLS = 10  # calls per round of the whole stack (about 60 ms each, forward + backward, on a 2-core CPU)
+
+
+def stack_case():
+    """{name: (forward() -> loss, the parameters)} for mamba-130m's 24 Mamba blocks at stand-in widths."""
+    import torch.nn.functional as F
+
+    from seqssm.models import SequenceModel, model_config
+
+    torch.manual_seed(0)
+    config = model_config("mamba-s6", vocab_size=256, d_model=64, n_layers=24, d_state=16, expand=2, d_conv=4,
+                          dropout=0.0, rms_norm=True, norm_eps=1e-5, residual_in_fp32=True, tie_embeddings=True)
+    model = SequenceModel(config)
+    ids, targets = torch.randint(0, 256, (1, 16)), torch.randint(0, 256, (1, 16))
+
+    def loss():  # main() sets SEQSSM_BACKEND=triton: the model's ops take the Triton backend
+        logits = model(ids)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return {"mamba-130m stack, 24 layers, 1 x 16 tokens": (loss, list(model.parameters()), _STACK_CALLS)}
 
 
 def time_calls(fn, calls: int, rounds: int) -> float:
@@ -75,9 +106,11 @@ def main(argv=None) -> dict:
 
     torch.set_num_threads(1)
     rows = []
-    # CPU tensors go to the Triton backend under TRITON_INTERPRET=1, and `recording` swallows every launch.
-    with mock.patch.dict(os.environ, {"TRITON_INTERPRET": "1"}), recording(lambda *_, **__: None):
-        for name, (forward, inputs) in cases().items():
+    # CPU tensors go to the Triton backend under TRITON_INTERPRET=1 (the stack's through SEQSSM_BACKEND), and
+    # `recording` swallows every launch.
+    environment = {"TRITON_INTERPRET": "1", "SEQSSM_BACKEND": "triton"}
+    with mock.patch.dict(os.environ, environment), recording(lambda *_, **__: None):
+        for name, (forward, inputs, calls) in cases().items():
             def no_grad():
                 with torch.no_grad():
                     forward()
@@ -87,7 +120,8 @@ def main(argv=None) -> dict:
                 torch.autograd.grad((out.real if out.is_complex() else out).sum(), inputs)
 
             for mode, fn in (("forward", no_grad), ("forward + backward", with_grad)):
-                rows.append({"op": name, "mode": mode, "us_per_call": round(time_calls(fn, args.calls, args.rounds), 1)})
+                per_call = time_calls(fn, min(calls or args.calls, args.calls), args.rounds)
+                rows.append({"op": name, "mode": mode, "us_per_call": round(per_call, 1)})
                 print(json.dumps(rows[-1]), flush=True)
     result = {"torch": torch.__version__, "calls": args.calls, "rounds": args.rounds, "rows": rows}
     if args.out:

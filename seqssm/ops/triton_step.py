@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from seqssm.ops.conv1d import _causal_conv1d_step_torch
+from seqssm.ops.custom import OpCaller
 from seqssm.ops.selective import _selective_step_torch
 from seqssm.ops.triton_loader import cdiv, kernels_for, launch, next_power_of_2
 
@@ -107,13 +108,13 @@ def _backward(ctx, grad_y, grad_h):
     return (*_recomputed_grads(step, ctx.saved_tensors, (grad_y, grad_h)), None)
 
 
-_step_op.register_autograd(_backward, setup_context=_setup)
+_step = OpCaller(_step_op, step_forward, _setup, _backward)
 
 
 def selective_step_triton(h, u_t, delta_t, A, B_t, C_t, D=None, z_t=None, delta_bias=None, delta_softplus=False):
     """Triton `selective_step`: h (b, dim, N), u_t, delta_t, z_t (b, dim), A (dim, N), B_t, C_t (b, N) or
     (b, groups, N), D, delta_bias (dim,) -> (y_t (b, dim) in u_t's dtype, next h (b, dim, N) float32)."""
-    return _step_op(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, bool(delta_softplus))
+    return _step(h, u_t, delta_t, A, B_t, C_t, D, z_t, delta_bias, bool(delta_softplus))
 
 
 # Channels per program of the conv step: the window of K <= 4 taps is BLOCK_K = 4 wide, 4 warps hold 128 x 4.
@@ -167,10 +168,10 @@ def _conv_backward(ctx, grad_y, grad_state):
     return (*_recomputed_grads(step, ctx.saved_tensors, (grad_y, grad_state)), None)
 
 
-_conv_step_op.register_autograd(_conv_backward, setup_context=_conv_setup)
+_conv_step = OpCaller(_conv_step_op, conv_step_forward, _conv_setup, _conv_backward)
 
 
 def causal_conv1d_step_triton(x_t, state, weight, bias=None, silu=False):
     """Triton `causal_conv1d_step`: x_t (b, dim), state (b, dim, K-1), weight (dim, K), bias (dim,) -> (y_t (b, dim),
     next state (b, dim, K-1) in x_t's dtype)."""
-    return _conv_step_op(x_t, state, weight, bias, bool(silu))
+    return _conv_step(x_t, state, weight, bias, bool(silu))

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from seqssm.ops import causal_conv1d, custom, linear_scan, selective_scan
+from seqssm.ops import causal_conv1d, causal_conv1d_step, custom, linear_scan, selective_scan, selective_step
 from seqssm.ops.linear import linear_scan_chunked, linear_scan_chunked_op
 from seqssm.ops.rotary import rotary_table
 from seqssm.ops.ssd import ssd_scan
@@ -53,10 +53,26 @@ def _ssd(backend):
     return (lambda x, dt, A, B, C: ssd_scan(x, dt, A, B, C, chunk_size=4, backend=backend)), [x, dt, A, B, C]
 
 
+def _steps(backend):
+    """A decoding step of each kind: the selective step and the conv step (float32: the Triton steps take no float64)."""
+    g = torch.Generator().manual_seed(4)
+    b, d, n = 2, 4, 3
+    h, A = torch.randn(b, d, n, generator=g), -torch.rand(d, n, generator=g) - 0.5
+    u, delta, z = (torch.randn(b, d, generator=g) for _ in range(3))
+    B, C = torch.randn(b, n, generator=g), torch.randn(b, n, generator=g)
+    state, weight = torch.randn(b, d, 3, generator=g), torch.randn(d, 4, generator=g)
+
+    def run(h, u, delta, A, B, C, z, state, weight):
+        y, h_next = selective_step(h, u, delta, A, B, C, None, z, None, True, backend=backend)
+        y_conv, state_next = causal_conv1d_step(u, state, weight, silu=True, backend=backend)
+        return y, h_next, y_conv, state_next
+    return run, [h, u, delta, A, B, C, z, state, weight]
+
+
 CASES = {
     "selective triton": (_selective, "triton"), "selective torch": (_selective, "torch"),
     "linear triton": (_linear, "triton"), "linear torch": (_linear, "torch"),
-    "conv triton": (_conv, "triton"), "ssd triton": (_ssd, "triton"),
+    "conv triton": (_conv, "triton"), "ssd triton": (_ssd, "triton"), "steps triton": (_steps, "triton"),
 }
 
 
