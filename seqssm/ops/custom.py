@@ -10,8 +10,9 @@ training step, an RL update's small shapes), that is time the device waits.
 
 So each op's caller (`OpCaller`) calls the very functions the op runs, with the same setup and backward, through
 a `torch.autograd.Function` when the call is plainly eager, and the op itself wherever anything traces or
-transforms the call: torch.compile, export, a dispatch mode (fake tensors, make_fx), a tensor subclass, functorch.
-Both routes compute the same thing with the same kernels (tests/ops/test_custom.py holds them equal).
+transforms the call: torch.compile, export, a dispatch mode (fake tensors, make_fx), a tensor subclass, functorch,
+torch.jit.trace. Both routes compute the same thing with the same kernels (tests/ops/test_op_caller.py holds
+their outputs and gradients equal).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ _PLAIN = (torch.Tensor, nn.Parameter)
 
 def traced(inputs) -> bool:
     """Is a call with `inputs` traced or transformed (torch.compile, export, a dispatch mode, a tensor subclass,
-    functorch) rather than run eagerly on plain tensors?"""
+    functorch, torch.jit.trace) rather than run eagerly on plain tensors?"""
     return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._are_functorch_transforms_active()
+            or torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
             or any(isinstance(x, torch.Tensor) and type(x) not in _PLAIN for x in inputs))
 
 

@@ -144,6 +144,9 @@ def test_traced_calls_go_through_the_op():
     assert seen == [True]
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):  # not a dispatch mode: still eager
         assert not custom.traced((plain,))
+    a, b = torch.rand(1, 4, 2, dtype=torch.float64), torch.rand(1, 4, 2, dtype=torch.float64)
+    graph = torch.jit.trace(lambda a, b: linear_scan_chunked(a, b, None), (a, b)).graph
+    assert "seqssm::linear_scan_chunked" in str(graph)  # the op, not the ops of its body
 
 
 def test_a_caller_needs_both_setup_and_backward():
