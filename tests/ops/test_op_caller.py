@@ -152,3 +152,27 @@ def test_traced_calls_go_through_the_op():
 def test_a_caller_needs_both_setup_and_backward():
     with pytest.raises(ValueError, match="give both setup and backward"):
         custom.OpCaller(linear_scan_chunked_op, lambda *a: a, setup=lambda *a: None)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_an_eager_mamba_model_reaches_no_op_through_the_dispatcher(backend, monkeypatch):
+    """Every op call of a Mamba stack goes through its OpCaller: no autograd node of the model's graph is a custom
+    op's (those name themselves GeneratedBackwardFor_seqssm_...)."""
+    from seqssm.models import SequenceModel, model_config
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("SEQSSM_BACKEND", backend)
+    torch.manual_seed(0)
+    model = SequenceModel(model_config("mamba-s6", vocab_size=16, d_model=8, n_layers=2, d_state=4, dropout=0.0))
+    loss = model(torch.randint(0, 16, (2, 6))).square().mean()
+    names, stack, seen = [], [loss.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    assert "triton_scan.selective_forwardBackward" in names if backend == "triton" else (
+        "selective_chunked.chunked_forwardBackward" in names)
+    assert not [n for n in names if n.startswith("GeneratedBackwardFor_seqssm")]
