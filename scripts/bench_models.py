@@ -22,7 +22,10 @@ rounds. CUDA is synchronised around each timed run.
 2. s4d: the same training step (float32; both are written for it) of seqssm's `simple-s4d` classifier beside a
    stack of the S4 authors' minimal S4D module (Gu, Goel, Ré et al., state-spaces/s4, models/s4/s4d.py, read
    from --s4-peer and never shipped with seqssm) in their example.py backbone (linear encoder, post-norm residual
-   blocks, mean pooling, linear decoder), at the same widths; no dropout.
+   blocks, mean pooling, linear decoder), at the same widths; no dropout. Their output projection is a 1x1
+   convolution, seqssm's an nn.Linear, and torch's defaults run float32 convolutions on TF32 tensor cores but
+   float32 matrix products in IEEE float32; so on CUDA both run once with neither on TF32 ("float32") and once with
+   both ("tf32"), each row naming its precision (`float32_products`).
 3. generate: greedy generation of --new-tokens tokens after a --prompt-token prompt, at each of --gen-batches, in
    --gen-dtype (default float32, so that tokens can be compared): seqssm's `generate`, eager and with
    `cuda_graph=True`; mamba_ssm's `generate(cg=True)` (its CUDA-graph decoding); transformers' `generate` with its
@@ -556,11 +559,13 @@ def profile_train(args, size: dict, folder: Path, device: torch.device, out: Pat
         write()
     del models
     free_memory()
-    s4d, s4d_shape = s4d_steps(args, size, device)[0], (size["s4d"]["batch"], size["s4d"]["length"])
-    for name, s4d_step in s4d.items():
-        table = s4d_step if isinstance(s4d_step, str) else kernel_table(
-            profiled(s4d_step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA]), rows=25)
-        parts.append(f"{name}: one training step, batch {s4d_shape[0]} x length {s4d_shape[1]}, float32\n{table}")
+    s4d_shape = size["s4d"]["batch"], size["s4d"]["length"]
+    with float32_products(False):  # IEEE float32 products for both (`float32_products`)
+        for name, s4d_step in s4d_steps(args, size, device)[0].items():
+            table = s4d_step if isinstance(s4d_step, str) else kernel_table(
+                profiled(s4d_step, 2, [ProfilerActivity.CPU, ProfilerActivity.CUDA]), rows=25)
+            parts.append(f"{name}: one training step, batch {s4d_shape[0]} x length {s4d_shape[1]}, float32 (no "
+                         f"TF32)\n{table}")
     return write()
 
 
@@ -661,16 +666,43 @@ def s4d_steps(args, size: dict, device: torch.device) -> tuple[dict, dict]:
     return entries, resident
 
 
+@contextlib.contextmanager
+def float32_products(tf32: bool):
+    """Inside, float32 matrix products and cuDNN convolutions both use TF32 tensor cores (tf32) or neither. Torch's
+    defaults differ between the two (cuDNN on, matmul off), so a stack whose projections are 1x1 convolutions (the S4
+    authors') and one whose projections are nn.Linear (seqssm's) would otherwise compare at two precisions."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def s4d_precisions(device: torch.device) -> tuple[str, ...]:
+    """The float32 precisions part 2 runs at: IEEE float32 everywhere, and on CUDA also TF32 (what a GPU user of a
+    float32 recipe would set: both contenders' products on tensor cores)."""
+    return ("float32", "tf32") if device.type == "cuda" else ("float32",)
+
+
 def part_s4d(args, size: dict, device: torch.device) -> list[dict]:
-    """Training steps of seqssm's simple-s4d beside the S4 authors' S4D stack (module docstring, part 2)."""
+    """Training steps of seqssm's simple-s4d beside the S4 authors' S4D stack (module docstring, part 2), at each
+    of `s4d_precisions`."""
     s = size["s4d"]
-    entries, resident = s4d_steps(args, size, device)
-    log(f"s4d: batch {s['batch']} x length {s['length']}, d_model {s['d_model']}, {s['n_layers']} layers, "
-        f"N {s['d_state']}")
-    results = compete(entries, device, args.warmup, args.rounds, args.iters)
-    # resident after the warm-up: AdamW's state exists from the first step on
-    kept = {name: resident_bytes(*objs) for name, objs in resident.items()}
-    return training_rows("s4d", results, {n: (s["batch"], s["length"]) for n in entries}, kept)
+    rows = []
+    for precision in s4d_precisions(device):
+        with float32_products(precision == "tf32"):
+            entries, resident = s4d_steps(args, size, device)
+            log(f"s4d, {precision}: batch {s['batch']} x length {s['length']}, d_model {s['d_model']}, "
+                f"{s['n_layers']} layers, N {s['d_state']}")
+            results = compete(entries, device, args.warmup, args.rounds, args.iters)
+        # resident after the warm-up: AdamW's state exists from the first step on
+        kept = {name: resident_bytes(*objs) for name, objs in resident.items()}
+        part = training_rows("s4d", results, {n: (s["batch"], s["length"]) for n in entries}, kept)
+        rows += [{**row, "precision": precision} for row in part]
+        del entries, resident
+        free_memory()
+    return rows
 
 
 # ------------------------------------------------------------------------------------- 3. generation
@@ -802,11 +834,12 @@ def markdown(result: dict) -> str:
                  f"mamba_ssm {env['mamba_ssm']}, causal_conv1d {env['causal_conv1d']}), size {result['settings']['size']}, "
                  f"medians of {result['settings']['rounds']} alternated rounds.\n")
     titles = {"train": "Training step (bf16 autocast on CUDA, float32 on CPU)", "s4d": "S4D stacks, training step "
-              "(float32)"}
+              "(float32 parameters; products in IEEE float32, or TF32 for both contenders)"}
     for part in ("train", "s4d"):
         lines += [f"### {titles[part]}\n", "| contender | batch x length | step ms | tokens/s | peak MB | error |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {r['contender']} | {r['batch']} x {r['length']} | {_cell(r['step_ms'], 2)} | "
+        lines += [f"| {r['contender']}{' (' + r['precision'] + ')' if 'precision' in r else ''} | "
+                  f"{r['batch']} x {r['length']} | {_cell(r['step_ms'], 2)} | "
                   f"{_cell(r['tokens_per_s'], 0)} | {_cell(r['peak_mb'], 0)} | {r['error'] or ''} |"
                   for r in result[part]]
         lines.append("")
