@@ -76,15 +76,19 @@ def test_a_missing_peer_is_a_row_with_its_error(bench, tmp_path):
     assert next(r for r in result["s4d"] if r["contender"] == bench.S4D_SEQSSM)["tokens_per_s"] > 0
 
 
-def test_s4d_stacks_compare_at_one_float32_precision(bench, monkeypatch):
+def test_s4d_stacks_compare_at_one_float32_precision(bench):
     """Both contenders' products on TF32 or neither (torch's defaults differ for convolutions and matmuls), set
     and then restored; CUDA runs both precisions, the CPU (which has no TF32) one."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    for tf32 in (False, True):
-        with bench.float32_products(tf32):
-            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
-        assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True
+    # torch's flags are properties of its backend modules, which monkeypatch cannot restore: set and restore by hand
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True  # torch's defaults
+        for tf32 in (False, True):
+            with bench.float32_products(tf32):
+                assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+            assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
     assert bench.s4d_precisions(torch.device("cuda")) == ("float32", "tf32")
     assert bench.s4d_precisions(torch.device("cpu")) == ("float32",)
     row = {"contender": bench.S4D_SEQSSM, "batch": 2, "length": 8, "step_ms": 1.0, "tokens_per_s": 16000.0,
