@@ -176,7 +176,7 @@ def _package_conv_backward():
 
 
 def causal_conv1d_package_backward(x: Tensor, weight: Tensor, bias: Optional[Tensor], grad_y: Tensor,
-                              silu: bool) -> tuple[Tensor, Tensor, Tensor]:
+                                   silu: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The gradients of `causal_conv1d_package_op` -> (x, weight, bias (empty without bias)): the package's backward
     kernel where it has one (with `silu`, it recomputes the convolution for SiLU's derivative), else the
     convolution's adjoint (`_conv_adjoint`) of the gradient through SiLU. In the profile of a mamba-130m training

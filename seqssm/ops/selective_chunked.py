@@ -161,7 +161,7 @@ def _empty_from_time_major(like: Tensor, shape) -> Tensor:
 
 
 def chunked_forward(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor,
-                           keep: Optional[Tensor], chunk: int, store_starts: bool) -> tuple[Tensor, Tensor, Tensor]:
+                    keep: Optional[Tensor], chunk: int, store_starts: bool) -> tuple[Tensor, Tensor, Tensor]:
     """The chunked forward (see the module docstring) -> y (b, dim, L), last state (b, dim, N), and the state
     entering each chunk (chunks, b, g, N, e) with store_starts (what backward needs), else one slot."""
     batch, dim, length = u.shape
