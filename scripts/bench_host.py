@@ -6,9 +6,9 @@ microseconds, so on a GPU the call's time is mostly the host's: argument checks,
 op's dispatch and autograd, the launcher's strides and flags. This script runs the public ops on CPU tensors routed
 to the Triton backend (TRITON_INTERPRET=1) with every kernel launch swallowed (`seqssm.ops.triton_loader.recording`),
 so what it times is that host work, with the few small torch operations around the kernels (allocations, the
-gradient's sums) computed on the CPU at 64 steps rather than queued on a GPU. Forward alone (no autograd) and
-forward + backward (a sum's gradient to every input), medians of --rounds rounds of --calls calls, one torch
-thread.
+gradient's sums) computed on the CPU at 64 steps rather than queued on a GPU. Three modes (`MODES`): forward
+alone (no autograd), forward with autograd recording its graph (a training step's forward), and forward +
+backward (a sum's gradient to every input); medians of --rounds rounds of --calls calls, one torch thread.
 
 The last case is a whole model: mamba-130m's stack of 24 Mamba blocks (RMS norms, fp32 residual, tied head) on 16
 tokens, at stand-in widths (d_model 64) so that the CPU's arithmetic stays small beside the host work, which does
@@ -60,6 +60,9 @@ def cases():
     }
 
 
+# Forward alone (no autograd), forward with autograd recording its graph (a training step's forward), forward +
+# backward: the order in which each case is timed.
+MODES = ("forward", "forward (autograd)", "forward + backward")
 _STACK_CALLS = 10  # calls per round of the whole stack (about 60 ms each, forward + backward, on a 2-core CPU)
 
 
@@ -115,11 +118,14 @@ def main(argv=None) -> dict:
                 with torch.no_grad():
                     forward()
 
+            def recorded():  # a training step's forward: autograd records the graph
+                forward()
+
             def with_grad():
                 out = forward()
                 torch.autograd.grad((out.real if out.is_complex() else out).sum(), inputs)
 
-            for mode, fn in (("forward", no_grad), ("forward + backward", with_grad)):
+            for mode, fn in zip(MODES, (no_grad, recorded, with_grad)):
                 per_call = time_calls(fn, min(calls or args.calls, args.calls), args.rounds)
                 rows.append({"op": name, "mode": mode, "us_per_call": round(per_call, 1)})
                 print(json.dumps(rows[-1]), flush=True)
