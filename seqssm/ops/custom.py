@@ -5,7 +5,7 @@ implementation and a registered backward. Eagerly that costs host time on every 
 wrapper, argument normalisation (`fill_defaults`) and a redispatch into Python, twice per Mamba layer forward and
 again in the backward. Where the GPU finishes a layer's kernels faster than the host launches them (the forward of a
 training step, an RL update's small shapes), that is time the device waits. `scripts/bench_host.py` times it
-(docs/gpu.md quotes its A/B: a 24-layer Mamba training step's host time 0.82x with this module).
+(docs/gpu.md quotes its A/B: a 24-layer Mamba training step's host time 0.77x with this module).
 
 So each op's caller (`OpCaller`) calls the very functions the op runs, with the same setup and backward, through
 a `torch.autograd.Function` when the call is plainly eager, and the op itself wherever anything traces or
