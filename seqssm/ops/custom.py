@@ -32,7 +32,9 @@ def traced(inputs) -> bool:
             or any(isinstance(x, torch.Tensor) and type(x) not in _PLAIN for x in inputs))
 
 
-def _needs_grad(inputs) -> bool:
+def needs_grad(inputs) -> bool:
+    """Does a call with `inputs` (tensors, None and other arguments) record a graph: grad mode on and a tensor
+    that requires grad?"""
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
 
 
@@ -71,7 +73,7 @@ class OpCaller:
     def __call__(self, *inputs):
         if traced(inputs):
             return self.op(*inputs)
-        if not _needs_grad(inputs):
+        if not needs_grad(inputs):
             return self.forward(*inputs)
         if self.backward is None:
             return self.op(*inputs)

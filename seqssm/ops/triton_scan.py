@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from seqssm.ops.custom import OpCaller
+from seqssm.ops.custom import OpCaller, needs_grad
 from seqssm.ops.triton_loader import cdiv, kernels_for, launch, load_kernels, next_power_of_2
 
 _KERNELS = "triton_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
@@ -136,8 +136,7 @@ def _forward_segment(u: Tensor, groups: int, n: int) -> int:
     block_d = max(1, 16 * 32 // next_power_of_2(n))
     programs = batch * groups * cdiv(dim // groups, block_d)
     segments = forward_segments(programs, length, _multiprocessors(u.device))
-    chunk = selective_chunk(length)
-    return cdiv(cdiv(length, chunk), segments) * chunk
+    return cdiv(_chunks(length), segments) * selective_chunk(length)
 
 
 def _tuned(name: str, configs: list, key: list[str], **autotune):
@@ -616,8 +615,7 @@ def selective_scan_triton(
     """Triton `selective_scan` (same arguments and results as the reference), D and z applied in the kernel."""
     resets = resets.to(device=u.device, dtype=torch.bool) if resets is not None else None
     u, delta, z, B, C = kernel_layout(u, delta, z, B, C)
-    floats = (u, delta, A, B, C, D, z, delta_bias, initial_state)
-    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in floats)
+    store_starts = needs_grad((u, delta, A, B, C, D, z, delta_bias, initial_state))
     y, last, _ = _selective_scan(u, delta, A, B, C, D, z, delta_bias, initial_state, resets, delta_softplus,
-                                    return_last_state, needs_grad)
+                                 return_last_state, store_starts)
     return (y, last.to(y.dtype)) if return_last_state else y

@@ -19,7 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from seqssm.ops.checks import check_flags
-from seqssm.ops.custom import OpCaller
+from seqssm.ops.custom import OpCaller, needs_grad
 from seqssm.ops.triton_loader import cdiv, interpreted, kernels_for, launch, next_power_of_2
 
 _KERNELS = "triton_ssd_kernels.py"  # the kernel file these launchers load (seqssm.ops.triton_loader)
@@ -226,7 +226,6 @@ def ssd_triton(x, dt, A, B, C, D=None, initial_state=None, resets=None, chunk_si
         return x.new_zeros(x.shape), last
     resets = resets.to(device=x.device, dtype=torch.bool) if resets is not None else None
     A, D = A.contiguous(), D.contiguous() if D is not None else None  # the kernels read them one head apart
-    floats = (x, dt, A, B, C, D, initial_state)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in floats)
-    y, last, _ = _ssd(x, dt, A, B, C, D, initial_state, resets, tile, ssd_segment(chunk_size, tile), needs_grad)
+    store_states = needs_grad((x, dt, A, B, C, D, initial_state))
+    y, last, _ = _ssd(x, dt, A, B, C, D, initial_state, resets, tile, ssd_segment(chunk_size, tile), store_states)
     return y, last
